@@ -1,0 +1,158 @@
+"""Patch records: route a library's loader through ``overmind.load`` and put the exact original back.
+
+One registry holds every original (as gevent.monkey does): :func:`get_original` and :func:`is_patched`
+answer from it, :func:`apply` is idempotent and :func:`restore` undoes exactly what :func:`apply` did,
+including deleting an attribute that was only inherited before patching.
+
+>>> from overmind.patching import PatchTarget, apply, restore
+>>> t = PatchTarget(MyModel, "from_pretrained", kind="classmethod", adapter="mylib")
+>>> apply(t); ...; restore(t)
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["PatchTarget", "PatchError", "apply", "restore", "restore_all", "is_patched", "get_original", "patched_targets"]
+
+_KINDS = ("classmethod", "function", "staticmethod")
+
+
+class PatchError(RuntimeError):
+    """A patch target could not be applied; the message names the adapter, the target and the fix."""
+
+
+@dataclass(frozen=True)
+class PatchTarget:
+    """One attribute to route through the cache.
+
+    ``owner`` is a class or module; ``name`` the attribute; ``kind`` one of ``classmethod`` (called on a
+    class: the class is part of the cache identity), ``function`` (a module-level function) or
+    ``staticmethod``. ``adapter`` names the adapter for error messages (filled in by ``activate``).
+    """
+
+    owner: Any
+    name: str
+    kind: str = "classmethod"
+    adapter: str = ""
+
+    def describe(self) -> str:
+        owner = getattr(self.owner, "__module__", "") + "." + getattr(self.owner, "__qualname__", getattr(self.owner, "__name__", "?"))
+        if inspect.ismodule(self.owner):
+            owner = self.owner.__name__
+        return f"{owner}.{self.name}"
+
+
+@dataclass
+class _Record:
+    target: PatchTarget
+    original: Any  # the object found in owner.__dict__ (or inherited) before patching
+    had_own: bool  # whether owner.__dict__ held the attribute itself
+    wrapper: Any = field(default=None)
+
+
+_lock = threading.RLock()
+_records: dict[tuple[int, str], _Record] = {}
+
+
+def _slot(owner: Any, name: str) -> tuple[int, str]:
+    return (id(owner), name)
+
+
+def is_patched(owner: Any, name: str) -> bool:
+    """Whether ``owner.name`` is currently routed through Overmind."""
+    return _slot(owner, name) in _records
+
+
+def get_original(owner: Any, name: str) -> Any:
+    """The object ``owner.name`` held before patching (or the current one if it is not patched)."""
+    rec = _records.get(_slot(owner, name))
+    if rec is not None:
+        return rec.original
+    return inspect.getattr_static(owner, name)
+
+
+def patched_targets() -> list[PatchTarget]:
+    """Every target currently patched, in patch order."""
+    return [r.target for r in _records.values()]
+
+
+def _make_wrapper(target: PatchTarget, original: Any) -> Any:
+    from . import api  # late: keeps `import overmind.patching` free of torch
+
+    if target.kind == "classmethod":
+        if not isinstance(original, classmethod):
+            raise PatchError(
+                f"overmind: adapter {target.adapter or '?'} cannot patch {target.describe()}: expected a classmethod, "
+                f"found {type(original).__name__}. The library changed; update the adapter or block it with "
+                f"OVERMIND_DISABLED_ADAPTERS={target.adapter or '<name>'}."
+            )
+        func = original.__func__
+
+        @functools.wraps(func)
+        def cached_classmethod(cls, *args, **kwargs):
+            return api.load(original.__get__(None, cls), *args, **kwargs)
+
+        cached_classmethod.__overmind_original__ = original
+        return classmethod(cached_classmethod)
+
+    func = original.__func__ if isinstance(original, staticmethod) else original
+    if not callable(func):
+        raise PatchError(
+            f"overmind: adapter {target.adapter or '?'} cannot patch {target.describe()}: it is not callable "
+            f"({type(original).__name__}). Update the adapter."
+        )
+
+    @functools.wraps(func)
+    def cached_function(*args, **kwargs):
+        return api.load(func, *args, **kwargs)
+
+    cached_function.__overmind_original__ = original
+    return staticmethod(cached_function) if target.kind == "staticmethod" else cached_function
+
+
+def apply(target: PatchTarget) -> bool:
+    """Patch ``target``; returns False if it was already patched (idempotent)."""
+    if target.kind not in _KINDS:
+        raise PatchError(f"overmind: adapter {target.adapter or '?'}: unknown patch kind {target.kind!r} for "
+                         f"{target.describe()}; use one of {', '.join(_KINDS)}.")
+    with _lock:
+        slot = _slot(target.owner, target.name)
+        if slot in _records:
+            return False
+        own = vars(target.owner)
+        had_own = target.name in own
+        try:
+            original = own[target.name] if had_own else inspect.getattr_static(target.owner, target.name)
+        except AttributeError:
+            raise PatchError(
+                f"overmind: adapter {target.adapter or '?'} cannot patch {target.describe()}: no such attribute. "
+                f"The library moved it; update the adapter or block it with OVERMIND_DISABLED_ADAPTERS."
+            ) from None
+        wrapper = _make_wrapper(target, original)
+        setattr(target.owner, target.name, wrapper)
+        _records[slot] = _Record(target, original, had_own, wrapper)
+        return True
+
+
+def restore(target: PatchTarget) -> bool:
+    """Undo :func:`apply` exactly; returns False if ``target`` was not patched."""
+    with _lock:
+        rec = _records.pop(_slot(target.owner, target.name), None)
+        if rec is None:
+            return False
+        if rec.had_own:
+            setattr(target.owner, target.name, rec.original)
+        else:
+            delattr(target.owner, target.name)
+        return True
+
+
+def restore_all() -> None:
+    """Undo every patch, newest first."""
+    with _lock:
+        for rec in reversed(list(_records.values())):
+            restore(rec.target)
