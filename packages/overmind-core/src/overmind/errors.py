@@ -1,0 +1,34 @@
+"""Exceptions shared by the client, the server launcher and the CLI.
+
+Every message says what happened, why, and what to do, because these reach the user's terminal through
+``overmind.load`` warnings and the ``overmind`` command.
+"""
+from __future__ import annotations
+
+
+class OvermindError(Exception):
+    """Base class of every error Overmind raises on purpose."""
+
+
+class ServerUnavailable(OvermindError, ConnectionError):
+    """The server cannot be reached or started (nothing listens, it died, or it failed to start)."""
+
+
+class ServerError(OvermindError):
+    """The server answered a request with ``ok: false``; the message is the server's sentence.
+
+    ``reason`` carries the short machine-readable cause when the server gave one (e.g. ``"not sealed"``,
+    ``"dep missing"``, ``"budget"``), so callers can branch without parsing text.
+    """
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class ProtocolMismatch(OvermindError):
+    """Client and server speak different protocol versions (usually an old server still running)."""
+
+
+class RuntimeDirError(OvermindError):
+    """The runtime directory is unsafe (wrong owner or permissions) or cannot be created."""

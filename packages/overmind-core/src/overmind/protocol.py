@@ -1,0 +1,156 @@
+"""Wire framing shared by the client and the server (see docs/architecture.md, "Wire protocol").
+
+A frame is a 4-byte big-endian length followed by that many bytes of UTF-8 JSON (an object). File
+descriptors ride on the frame's first byte as SCM_RIGHTS ancillary data, at most ``MAX_FDS_PER_FRAME`` per
+frame. A message with more fds than that carries ``"more_fds": n`` (the number still to come) in its own
+object and is followed by frames ``{"more_fds": k}``, each carrying ``k`` further fds. ``send_message`` and
+``recv_message`` hide the batching; ``more_fds`` is therefore a reserved key.
+
+>>> send_message(sock, {"op": "publish", "key": k}, fds=[memfd])
+>>> reply, fds = recv_message(sock)
+"""
+from __future__ import annotations
+
+import array
+import json
+import os
+import socket
+import struct
+from typing import Any, Iterable
+
+PROTOCOL_VERSION = 1
+MAX_FDS_PER_FRAME = 250
+# A frame is a control message, never bulk data (bulk data travels as memfds), so a large length means a
+# confused or hostile peer: refuse it rather than allocate it.
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+
+_HEADER = struct.Struct(">I")
+_FD_SIZE = array.array("i").itemsize
+# Received fds are close-on-exec so a loader that spawns subprocesses does not leak them.
+_RECV_FLAGS = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
+
+
+class ConnectionClosed(ConnectionError):
+    """The peer closed the connection (or died) before a whole frame arrived."""
+
+
+class FrameError(ValueError):
+    """The peer sent bytes that are not a valid frame (bad length, bad JSON, lost fds)."""
+
+
+def send_message(sock: socket.socket, obj: dict[str, Any], fds: Iterable[int] = ()) -> None:
+    """Send ``obj`` as one message, with ``fds`` attached (any number; batched by 250).
+
+    The fds stay open in the sender; the receiver gets its own duplicates.
+    """
+    fds = list(fds)
+    first, rest = fds[:MAX_FDS_PER_FRAME], fds[MAX_FDS_PER_FRAME:]
+    if rest:
+        obj = dict(obj, more_fds=len(rest))
+    _send_frame(sock, obj, first)
+    while rest:
+        batch, rest = rest[:MAX_FDS_PER_FRAME], rest[MAX_FDS_PER_FRAME:]
+        _send_frame(sock, {"more_fds": len(batch)}, batch)
+
+
+def recv_message(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    """Receive one message: ``(obj, fds)``. The caller owns the returned fds and must close them.
+
+    Raises ``ConnectionClosed`` if the peer disconnects, ``FrameError`` if it sends garbage (any fds that
+    arrived with the bad message are closed first).
+    """
+    obj, fds = _recv_frame(sock)
+    try:
+        remaining = obj.pop("more_fds", 0)
+        if not isinstance(remaining, int) or remaining < 0:
+            raise FrameError(f"bad 'more_fds' value {remaining!r} in a message from the peer")
+        while remaining > 0:
+            extra, extra_fds = _recv_frame(sock)
+            fds.extend(extra_fds)
+            count = extra.get("more_fds")
+            if set(extra) != {"more_fds"} or count != len(extra_fds) or count > remaining:
+                raise FrameError(
+                    f"expected a follow-up frame with {remaining} more fds, got {extra!r} with "
+                    f"{len(extra_fds)} fds"
+                )
+            remaining -= count
+    except BaseException:
+        close_fds(fds)
+        raise
+    return obj, fds
+
+
+def close_fds(fds: Iterable[int]) -> None:
+    """Close every fd in ``fds``, ignoring ones already closed."""
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _send_frame(sock: socket.socket, obj: dict[str, Any], fds: list[int]) -> None:
+    payload = json.dumps(obj, separators=(",", ":")).encode("utf-8")
+    if len(payload) > MAX_FRAME_BYTES:
+        raise FrameError(f"message of {len(payload)} bytes exceeds the {MAX_FRAME_BYTES}-byte frame limit")
+    data = _HEADER.pack(len(payload)) + payload
+    if fds:
+        # The fds ride on the first byte only, so the receiver can read exactly that byte with recvmsg and
+        # never pull in ancillary data belonging to a later frame.
+        sent = socket.send_fds(sock, [data[:1]], fds)
+        if sent != 1:
+            raise ConnectionClosed("the peer did not accept the first byte of a frame")
+        data = data[1:]
+    sock.sendall(data)
+
+
+def _recv_frame(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    first, fds = _recv_first_byte(sock)
+    try:
+        header = first + _recv_exactly(sock, _HEADER.size - 1)
+        (length,) = _HEADER.unpack(header)
+        if length > MAX_FRAME_BYTES:
+            raise FrameError(f"peer announced a {length}-byte frame; the limit is {MAX_FRAME_BYTES}")
+        payload = _recv_exactly(sock, length)
+        try:
+            obj = json.loads(payload.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise FrameError(f"peer sent a frame that is not UTF-8 JSON: {exc}") from None
+        if not isinstance(obj, dict):
+            raise FrameError(f"peer sent a JSON {type(obj).__name__}, expected an object")
+    except BaseException:
+        close_fds(fds)
+        raise
+    return obj, fds
+
+
+def _recv_first_byte(sock: socket.socket) -> tuple[bytes, list[int]]:
+    ancbufsize = socket.CMSG_SPACE(MAX_FDS_PER_FRAME * _FD_SIZE)
+    data, ancdata, flags, _addr = sock.recvmsg(1, ancbufsize, _RECV_FLAGS)
+    fds: list[int] = []
+    for level, kind, cdata in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            usable = len(cdata) - len(cdata) % _FD_SIZE
+            fds.extend(array.array("i", cdata[:usable]))
+    if flags & socket.MSG_CTRUNC:
+        close_fds(fds)
+        raise FrameError(
+            "file descriptors were lost in transit (control data truncated); the process may be at its "
+            "open-file limit (ulimit -n)"
+        )
+    if not data:
+        close_fds(fds)
+        raise ConnectionClosed("the peer closed the connection")
+    return data, fds
+
+
+def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if k == 0:
+            raise ConnectionClosed(f"the peer closed the connection in the middle of a frame ({got}/{n} bytes)")
+        got += k
+    return bytes(buf)

@@ -1,0 +1,312 @@
+"""The server's state: published entries, per-connection claims (singleflight), budget and LRU eviction.
+
+One lock guards everything; a ``threading.Condition`` on it wakes waiters when a key is published or its
+claim released. Nothing here touches sockets: the connection handler passes an opaque ``owner`` (its
+connection id) and gets back plain data and duplicated fds it must close after sending.
+
+Fds handed out are ``os.dup``s taken under the lock, so an eviction racing with a send cannot close an fd
+that is in flight; evicting an entry only closes the server's own fd, and mappings clients already made
+keep the memory alive.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from . import sealing
+
+log = logging.getLogger("overmind.server")
+
+# While waiting on a claimed key, re-check this often whether the waiting client is still connected, so a
+# waiter that died does not later inherit the claim and hold it for nobody.
+_ALIVE_CHECK_S = 0.5
+
+
+class StoreError(Exception):
+    """A request the store refuses; ``reason`` is the short code sent to the client."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass
+class Entry:
+    """One published memfd and what the server knows about it."""
+
+    entry_id: str
+    key: str
+    fd: int
+    nbytes: int
+    meta: dict[str, Any]
+    deps: list[str]
+    created: float
+    last_used: float
+    lru: int
+    hits: int = 0
+    referenced_by: set[str] = field(default_factory=set)
+
+    def public(self) -> dict[str, Any]:
+        """The fields a ``hit`` reply carries."""
+        return {"entry_id": self.entry_id, "key": self.key, "nbytes": self.nbytes, "meta": self.meta,
+                "deps": list(self.deps)}
+
+    def listing(self) -> dict[str, Any]:
+        """The fields an ``ls`` reply carries."""
+        return dict(self.public(), hits=self.hits, created=self.created, last_used=self.last_used,
+                    referenced_by=sorted(self.referenced_by))
+
+
+@dataclass
+class GetOutcome:
+    """What ``Store.get`` decided; ``fds`` (duplicates, owned by the caller) go with ``fd_entries``."""
+
+    status: str
+    entry: dict[str, Any] | None = None
+    fd_entries: list[str] = field(default_factory=list)
+    fds: list[int] = field(default_factory=list)
+
+
+class Store:
+    """Entries by key and id, claims by key, and the byte budget."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._by_key: dict[str, Entry] = {}
+        self._by_id: dict[str, Entry] = {}
+        self._claims: dict[str, int] = {}
+        self._used = 0
+        self._ids = itertools.count(1)
+        self._ticks = itertools.count(1)
+
+    # ---- get / claim / release -------------------------------------------------------------------------
+    def get(self, key: str, owner: int, *, claim: bool, wait: bool, timeout: float | None,
+            alive: Callable[[], bool] = lambda: True) -> GetOutcome:
+        """Hit, claim, miss or busy, per the protocol's ``get``; blocks while another owner loads ``key``."""
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        with self._changed:
+            while True:
+                entry = self._by_key.get(key)
+                if entry is not None:
+                    self._touch(entry)
+                    entry.hits += 1
+                    ids = self._closure([entry.entry_id])
+                    return GetOutcome("hit", entry.public(), ids, self._dup(ids))
+                holder = self._claims.get(key)
+                if holder is None or holder == owner:
+                    # The same connection asking again is a nested load of the key it is already loading;
+                    # making it wait for itself would deadlock, so it keeps its claim.
+                    if not claim:
+                        return GetOutcome("miss")
+                    self._claims[key] = owner
+                    return GetOutcome("claimed")
+                if not wait:
+                    return GetOutcome("busy")
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return GetOutcome("busy")
+                if not alive():
+                    return GetOutcome("busy")
+                slice_s = _ALIVE_CHECK_S if remaining is None else min(_ALIVE_CHECK_S, remaining)
+                self._changed.wait(slice_s)
+
+    def release(self, key: str, owner: int) -> bool:
+        """Drop ``owner``'s claim on ``key`` (its loader failed); one waiter then gets ``claimed``."""
+        with self._changed:
+            if self._claims.get(key) != owner:
+                return False
+            del self._claims[key]
+            self._changed.notify_all()
+            return True
+
+    def release_all(self, owner: int) -> list[str]:
+        """Drop every claim of ``owner`` (its connection closed); returns the keys released."""
+        with self._changed:
+            keys = [k for k, o in self._claims.items() if o == owner]
+            for k in keys:
+                del self._claims[k]
+            if keys:
+                self._changed.notify_all()
+            return keys
+
+    # ---- publish ---------------------------------------------------------------------------------------
+    def publish(self, key: str, owner: int, fd: int, deps: list[str], meta: dict[str, Any]) -> str:
+        """Store ``fd`` (ownership passes to the store, closed on refusal) as ``key``; return its entry_id."""
+        try:
+            try:
+                nbytes = sealing.sealed_size(fd)
+            except sealing.NotSealed as exc:
+                raise StoreError("not sealed", f"publish refused: {exc}.") from None
+            with self._changed:
+                existing = self._by_key.get(key)
+                if existing is not None:
+                    # Two loaders raced without claims (or one published twice): first one wins, the new fd
+                    # is redundant.
+                    self._drop_claim(key)
+                    os.close(fd)
+                    return existing.entry_id
+                missing = [d for d in deps if d not in self._by_id]
+                if missing:
+                    raise StoreError(
+                        "dep missing",
+                        f"publish refused: dependency entries {missing} are not (or no longer) cached; they "
+                        f"were evicted after this entry was written. Load again to rebuild it.",
+                    )
+                self._make_room(nbytes, protected=set(self._closure(deps)))
+                now = time.time()
+                entry = Entry(f"{key[:16]}-{next(self._ids)}", key, fd, nbytes, meta, list(dict.fromkeys(deps)),
+                              created=now, last_used=now, lru=next(self._ticks))
+                self._by_key[key] = entry
+                self._by_id[entry.entry_id] = entry
+                for d in entry.deps:
+                    self._by_id[d].referenced_by.add(entry.entry_id)
+                self._used += nbytes
+                self._drop_claim(key)
+                log.info("published %s (%d bytes, deps %s); %d/%d bytes used", entry.entry_id, nbytes,
+                         entry.deps, self._used, self.max_bytes)
+                return entry.entry_id
+        except BaseException:
+            _close_quietly(fd)
+            raise
+
+    def _drop_claim(self, key: str) -> None:
+        # Whoever held the claim, the key is now cached: waiters wake and take the hit.
+        self._claims.pop(key, None)
+        self._changed.notify_all()
+
+    def _make_room(self, need: int, protected: set[str]) -> None:
+        """Evict least-recently-used unreferenced entries until ``need`` more bytes fit, or refuse."""
+        if self._used + need <= self.max_bytes:
+            return
+        plan = self._plan_eviction(need, protected)
+        if plan is None:
+            raise StoreError(
+                "budget",
+                f"publish refused: the entry needs {need} bytes and only "
+                f"{self.max_bytes - self._used} of the {self.max_bytes}-byte budget can be freed without "
+                f"evicting entries in use as dependencies. Raise OVERMIND_MAX_BYTES (then 'overmind stop') "
+                f"or free space with 'overmind evict'.",
+            )
+        for victim in plan:
+            log.info("evicting %s (%d bytes, least recently used) to fit %d bytes", victim.entry_id,
+                     victim.nbytes, need)
+            self._remove(victim)
+
+    def _plan_eviction(self, need: int, protected: set[str]) -> list[Entry] | None:
+        refs = {eid: set(e.referenced_by) for eid, e in self._by_id.items()}
+        gone: set[str] = set()
+        freed = 0
+        plan: list[Entry] = []
+        while self._used - freed + need > self.max_bytes:
+            candidates = [e for eid, e in self._by_id.items()
+                          if eid not in gone and eid not in protected and not refs[eid]]
+            if not candidates:
+                return None
+            victim = min(candidates, key=lambda e: e.lru)
+            plan.append(victim)
+            gone.add(victim.entry_id)
+            freed += victim.nbytes
+            for d in victim.deps:
+                refs[d].discard(victim.entry_id)
+        return plan
+
+    # ---- fds, listing, eviction ------------------------------------------------------------------------
+    def fds(self, entry_ids: list[str]) -> list[int]:
+        """Duplicates of the fds of ``entry_ids``, in order; the caller closes them."""
+        with self._changed:
+            missing = [e for e in entry_ids if e not in self._by_id]
+            if missing:
+                raise StoreError("unknown entry", f"entries {missing} are not cached (evicted or never "
+                                 f"published); run 'overmind ls' to see what is.")
+            for eid in entry_ids:
+                self._touch(self._by_id[eid])
+            return self._dup(entry_ids)
+
+    def evict(self, key: str | None = None, *, all: bool = False) -> tuple[list[str], list[dict[str, str]]]:
+        """Evict ``key`` (refused while another entry references it) or everything; ``(evicted, refused)``."""
+        with self._changed:
+            if all:
+                victims = list(self._by_key.values())
+                for e in victims:
+                    self._remove(e)
+                log.info("evicted all %d entries on request", len(victims))
+                return [e.key for e in victims], []
+            entry = self._by_key.get(key) if key is not None else None
+            if entry is None:
+                return [], [{"key": key, "reason": "not cached"}]
+            if entry.referenced_by:
+                return [], [{"key": key, "reason": f"referenced by entries {sorted(entry.referenced_by)}; "
+                                                  f"evict those first, or evict --all"}]
+            self._remove(entry)
+            log.info("evicted %s on request", entry.entry_id)
+            return [key], []
+
+    def listing(self) -> list[dict[str, Any]]:
+        """Every entry's ``ls`` fields, oldest first."""
+        with self._changed:
+            return [e.listing() for e in sorted(self._by_id.values(), key=lambda e: e.created)]
+
+    def stats(self) -> dict[str, int]:
+        """Counts for the ``status`` reply."""
+        with self._changed:
+            return {"entries": len(self._by_id), "bytes": self._used, "max_bytes": self.max_bytes,
+                    "claims": len(self._claims)}
+
+    def close_all(self) -> None:
+        """Close every fd the store holds (server shutdown)."""
+        with self._changed:
+            for e in list(self._by_id.values()):
+                self._remove(e)
+
+    # ---- helpers (call with the lock held) -------------------------------------------------------------
+    def _touch(self, entry: Entry) -> None:
+        entry.last_used = time.time()
+        entry.lru = next(self._ticks)
+
+    def _closure(self, ids: list[str]) -> list[str]:
+        """``ids`` then every entry they transitively depend on, each once, breadth first."""
+        order = list(dict.fromkeys(ids))
+        seen = set(order)
+        i = 0
+        while i < len(order):
+            for d in self._by_id[order[i]].deps:
+                if d not in seen:
+                    seen.add(d)
+                    order.append(d)
+            i += 1
+        return order
+
+    def _dup(self, ids: list[str]) -> list[int]:
+        fds: list[int] = []
+        try:
+            for eid in ids:
+                fds.append(os.dup(self._by_id[eid].fd))
+        except BaseException:
+            for fd in fds:
+                _close_quietly(fd)
+            raise
+        return fds
+
+    def _remove(self, entry: Entry) -> None:
+        del self._by_key[entry.key]
+        del self._by_id[entry.entry_id]
+        for d in entry.deps:
+            dep = self._by_id.get(d)
+            if dep is not None:
+                dep.referenced_by.discard(entry.entry_id)
+        self._used -= entry.nbytes
+        _close_quietly(entry.fd)
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
