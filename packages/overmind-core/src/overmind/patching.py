@@ -18,7 +18,7 @@ from typing import Any
 
 __all__ = ["PatchTarget", "PatchError", "apply", "restore", "restore_all", "is_patched", "get_original", "patched_targets"]
 
-_KINDS = ("classmethod", "function", "staticmethod")
+_KINDS = ("classmethod", "function", "staticmethod", "replace")
 
 
 class PatchError(RuntimeError):
@@ -31,13 +31,16 @@ class PatchTarget:
 
     ``owner`` is a class or module; ``name`` the attribute; ``kind`` one of ``classmethod`` (called on a
     class: the class is part of the cache identity), ``function`` (a module-level function) or
-    ``staticmethod``. ``adapter`` names the adapter for error messages (filled in by ``activate``).
+    ``staticmethod``, or ``replace``: a plain behavioural patch that installs ``replacement`` as it is
+    (not routed through the cache), for fixes an adapter needs while active. ``adapter`` names the adapter
+    for error messages (filled in by ``activate``).
     """
 
     owner: Any
     name: str
     kind: str = "classmethod"
     adapter: str = ""
+    replacement: Any = None
 
     def describe(self) -> str:
         owner = getattr(self.owner, "__module__", "") + "." + getattr(self.owner, "__qualname__", getattr(self.owner, "__name__", "?"))
@@ -81,6 +84,12 @@ def patched_targets() -> list[PatchTarget]:
 
 
 def _make_wrapper(target: PatchTarget, original: Any) -> Any:
+    if target.kind == "replace":
+        if target.replacement is None:
+            raise PatchError(f"overmind: adapter {target.adapter or '?'}: PatchTarget({target.describe()}, "
+                             f"kind='replace') needs a replacement object.")
+        return target.replacement
+
     from . import api  # late: keeps `import overmind.patching` free of torch
 
     if target.kind == "classmethod":

@@ -1,0 +1,202 @@
+"""``load()``: key -> hit | miss -> publish, and the policy that the user's load never breaks.
+
+A hit maps the entry (and the entries it references) copy-on-write and unpickles the skeleton. A miss
+runs the loader here, pickles the result with its storages out of band, writes a sealed memfd, publishes
+it, and returns the object rebuilt from that memfd, so this process shares the weights too and a later
+load that is given this object (``vae=vae``) references its entry instead of copying it.
+
+Whatever goes wrong on Overmind's side, the caller gets the plain loader's result and one
+:class:`~overmind.fallback.OvermindWarning` naming the cause and the fix. Exceptions raised by the
+loader itself propagate unchanged.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from typing import Any, Callable
+
+from . import fallback, key, pickling, plugins
+from .errors import OvermindError, ServerError
+
+log = logging.getLogger("overmind")
+_local = threading.local()
+DEFAULT_WAIT_S = 900.0
+NESTED_WAIT_S = 60.0  # a nested load waits less: two processes waiting on each other's claims must not hang
+
+
+def _loading_stack() -> list[str]:
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    return stack
+
+
+def load(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
+    """Return ``fn(*args, **kwargs)``, through the cache when possible. See :func:`overmind.load`."""
+    if fallback.disabled():
+        return fn(*args, **kwargs)
+    try:
+        loader = key.describe_loader(fn)
+        arguments = key.bind_arguments(loader, args, kwargs)
+        extra = plugins.call_hook("overmind_key_parts", loader=loader, arguments=arguments)
+        cache_key = key.make_key(loader, arguments, extra, _value_hook)
+    except key.Unkeyable as e:
+        log.debug("overmind: not caching %r: %s", fn, e)
+        return fn(*args, **kwargs)
+    except Exception as e:
+        fallback.step_aside(f"overmind: could not compute a cache key for {getattr(fn, '__qualname__', fn)!r} "
+                            f"({type(e).__name__}: {e}); loaded without the cache. Please report this.", e)
+        return fn(*args, **kwargs)
+    return _cached_call(loader, cache_key, args, kwargs)
+
+
+def _value_hook(value: Any) -> Any:
+    return plugins.first_result("overmind_key_for_value", value=value)
+
+
+def _wait_timeout(nested: bool) -> float:
+    total = float(os.environ.get("OVERMIND_WAIT_TIMEOUT", DEFAULT_WAIT_S))
+    return min(total, NESTED_WAIT_S) if nested else total
+
+
+def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict) -> Any:
+    fn, stack = loader.fn, _loading_stack()
+    if ck.key in stack:
+        return fn(*args, **kwargs)  # the loader calls itself with the same arguments: no claim to wait on
+    from .client import get_client
+
+    try:
+        client = get_client()
+        res = client.get(ck.key, claim=True, wait=True, timeout=_wait_timeout(bool(stack)))
+    except OvermindError as e:
+        fallback.step_aside(f"overmind: the server is unavailable ({e}); loaded {loader.name} without the cache. "
+                            f"Run 'overmind doctor'.", e)
+        return fn(*args, **kwargs)
+    if res.status == "hit":
+        try:
+            return rebuild(res, ck.key)
+        except Exception as e:
+            fallback.step_aside(f"overmind: cannot rebuild entry {ck.key[:12]} of {loader.name} "
+                                f"({type(e).__name__}: {e}); loaded without the cache. If this repeats, run "
+                                f"'overmind evict {ck.key[:12]}'.", e)
+            return fn(*args, **kwargs)
+    if res.status != "claimed":
+        fallback.step_aside(f"overmind: another process is still loading {loader.name} (entry {ck.key[:12]}) after "
+                            f"{_wait_timeout(bool(stack)):.0f} s; loaded without the cache. Raise "
+                            f"OVERMIND_WAIT_TIMEOUT to wait longer.")
+        return fn(*args, **kwargs)
+
+    stack.append(ck.key)
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException:
+        _release(client, ck.key)
+        raise
+    finally:
+        stack.pop()
+    try:
+        return publish(client, loader, ck, result)
+    except Exception as e:
+        _release(client, ck.key)
+        fallback.step_aside(f"overmind: could not cache {loader.name} ({type(e).__name__}: {e}); returned the "
+                            f"plain result.{_fix_for(e)}", e)
+        return result
+
+
+def _fix_for(e: Exception) -> str:
+    if isinstance(e, ServerError) and e.reason == "budget":
+        return " Raise OVERMIND_MAX_BYTES (then 'overmind stop') or free entries with 'overmind evict'."
+    if isinstance(e, pickling.PicklingFailed):
+        return " An adapter can teach Overmind to pickle it (hook overmind_reducers)."
+    return " Run 'overmind doctor'."
+
+
+def _release(client, cache_key: str) -> None:
+    try:
+        client.release(cache_key)
+    except Exception as e:  # the server is gone: the claim went with the connection
+        log.debug("overmind: release of %s failed: %s", cache_key[:12], e)
+
+
+def _pickle_result(loader: key.Loader, result: Any, reference_mapped: bool) -> pickling.Pickled:
+    with contextlib.ExitStack() as stack:
+        for cm in plugins.call_hook("overmind_prepare_result", result=result, loader=loader):
+            stack.enter_context(cm)
+        return pickling.dumps(result, plugins.reducers(), reference_mapped=reference_mapped)
+
+
+def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any) -> Any:
+    """Write ``result`` into a sealed memfd, publish it under ``ck`` and return it rebuilt from there."""
+    from .shm.writer import write_entry
+
+    adapters_meta: dict = {}
+    for part in plugins.call_hook("overmind_entry_metadata", result=result, loader=loader):
+        adapters_meta.update(part)
+    for reference_mapped in (True, False):
+        pickled = _pickle_result(loader, result, reference_mapped)
+        meta = {"loader": loader.name, "summary": ck.summary, "pickler": pickled.pickler, "pid": os.getpid(),
+                "adapters": adapters_meta}
+        fd = write_entry(pickled.skeleton, pickled.storages, pickled.data_len, name=f"overmind:{loader.name}"[:240])
+        try:
+            client.publish(ck.key, fd, deps=sorted(pickled.deps), meta=meta)
+            break
+        except ServerError as e:
+            # An entry this one references was evicted meanwhile: write the bytes themselves instead.
+            if e.reason != "dep missing" or not reference_mapped:
+                raise
+        finally:
+            os.close(fd)
+    res = client.get(ck.key, claim=False, wait=False)
+    if res.status != "hit":
+        raise OvermindError(f"entry {ck.key[:12]} vanished right after publishing (evicted under the memory budget?)")
+    return rebuild(res, ck.key)
+
+
+def rebuild(res, cache_key: str) -> Any:
+    """Map a hit's memfds copy-on-write and unpickle the entry; closes the fds."""
+    from .shm.reader import EntryMapping
+
+    entry = res.entry
+    try:
+        maps = {entry_id: EntryMapping(entry_id, fd) for entry_id, fd in res.fds.items()}
+    finally:
+        for fd in res.fds.values():
+            os.close(fd)
+    own = maps[entry["entry_id"]]
+    meta = entry.get("meta") or {}
+    adapters_meta = meta.get("adapters") or {}
+    plugins.call_hook("overmind_before_unpickle", metadata=adapters_meta)
+
+    def storage_source(where, offset, nbytes):
+        return (own if where is None else maps[where]).storage(offset, nbytes)
+
+    obj = pickling.loads(own.skeleton(), storage_source, meta.get("pickler", "pickle"))
+    replaced = plugins.first_result("overmind_after_unpickle", result=obj, metadata=adapters_meta)
+    if replaced is not None:
+        obj = replaced
+    key.remember_origin(obj, cache_key, _is_pristine)
+    return obj
+
+
+def _is_pristine(obj: Any) -> bool:
+    """Whether ``obj``'s tensors (for an ``nn.Module``: its parameters and buffers) still hold the bytes of
+    the entry they were mapped from. Storages outside any mapping (moved to a GPU) cannot be checked and are
+    taken as unchanged."""
+    import torch
+
+    from .shm import mappings
+
+    if isinstance(obj, torch.nn.Module):
+        tensors = list(obj.parameters()) + list(obj.buffers())
+    elif isinstance(obj, torch.Tensor):
+        tensors = [obj]
+    else:
+        return True
+    for t in tensors:
+        s = t.untyped_storage()
+        ptr, n = s.data_ptr(), s.nbytes()
+        if s.device.type == "cpu" and n and mappings.contains(ptr) and not mappings.is_pristine(ptr, n):
+            return False
+    return True

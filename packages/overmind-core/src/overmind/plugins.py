@@ -1,0 +1,269 @@
+"""Adapter discovery (entry-point group ``overmind.adapters``), the pluggy manager, activate/deactivate.
+
+Adapters are discovered once per process, on ``activate()`` or on the first ``load()`` (their reducers and
+key hooks apply to direct ``overmind.load`` calls too); only ``activate()`` patches loaders.
+
+Before an adapter's module is imported, the library versions it declares (its distribution's requirements
+with ``extra == "instruments"``) are checked against what is installed, as opentelemetry instrumentors do:
+an adapter for a library that is missing or too new is skipped with one line of why. An adapter the user
+blocks with ``OVERMIND_DISABLED_ADAPTERS=a,b`` is not imported at all.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import warnings
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, Callable, Mapping
+
+import pluggy
+
+from . import hookspecs, patching
+from .errors import OvermindError
+from .fallback import OvermindWarning
+
+log = logging.getLogger("overmind")
+GROUP = "overmind.adapters"
+
+
+class AdapterError(OvermindError):
+    """An adapter failed to load or patch (raised by ``activate(strict=True)``)."""
+
+
+@dataclass
+class AdapterState:
+    name: str
+    dist: str | None
+    status: str  # "loaded", "skipped", "disabled", "failed"
+    reason: str = ""
+    targets: list = field(default_factory=list)
+
+
+_lock = threading.RLock()
+_manager: pluggy.PluginManager | None = None
+_adapters: dict[str, AdapterState] = {}
+_active = False
+_reducers: dict | None = None
+
+
+def _new_manager() -> pluggy.PluginManager:
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    return pm
+
+
+def disabled_names() -> set[str]:
+    return {n.strip() for n in os.environ.get("OVERMIND_DISABLED_ADAPTERS", "").split(",") if n.strip()}
+
+
+def unmet_requirements(dist: metadata.Distribution | None) -> list[str]:
+    """Requirements marked ``extra == "instruments"`` that the installed packages do not satisfy."""
+    if dist is None:
+        return []
+    from packaging.requirements import Requirement
+
+    unmet = []
+    for line in dist.requires or []:
+        req = Requirement(line)
+        if req.marker is None or not req.marker.evaluate({"extra": "instruments"}) or req.marker.evaluate({"extra": ""}):
+            continue
+        try:
+            have = metadata.version(req.name)
+        except metadata.PackageNotFoundError:
+            unmet.append(f"{req} (not installed)")
+            continue
+        if req.specifier and not req.specifier.contains(have, prereleases=True):
+            unmet.append(f"{req} (found {have})")
+    return unmet
+
+
+def _report(state: AdapterState, strict: bool, asked: bool) -> None:
+    if state.status == "failed" and (strict or asked):
+        raise AdapterError(state.reason)
+    if state.status == "failed":
+        warnings.warn(OvermindWarning(state.reason), stacklevel=4)
+    elif state.status == "skipped":
+        log.info("%s", state.reason)
+
+
+def register_adapter(name: str, plugin: Any, dist: str | None = None) -> AdapterState:
+    """Register an adapter object directly (tests, or adapters shipped inside an application)."""
+    with _lock:
+        pm = get_manager()
+        if pm.get_plugin(name) is None:
+            pm.register(plugin, name=name)
+        state = _adapters[name] = AdapterState(name, dist, "loaded")
+        _invalidate()
+        return state
+
+
+def _discover(pm: pluggy.PluginManager, strict: bool) -> None:
+    blocked = disabled_names()
+    for ep in metadata.entry_points(group=GROUP):
+        if ep.name in _adapters:
+            continue
+        dist = getattr(ep, "dist", None)
+        dist_name = dist.metadata["Name"] if dist is not None else None
+        if ep.name in blocked:
+            _adapters[ep.name] = AdapterState(ep.name, dist_name, "disabled", "blocked by OVERMIND_DISABLED_ADAPTERS")
+            continue
+        unmet = unmet_requirements(dist)
+        if unmet:
+            state = _adapters[ep.name] = AdapterState(
+                ep.name, dist_name, "skipped",
+                f"overmind: adapter {ep.name} skipped: needs {', '.join(unmet)}.")
+            _report(state, strict, asked=False)
+            continue
+        try:
+            plugin = ep.load()
+            pm.register(plugin, name=ep.name)
+        except Exception as e:
+            state = _adapters[ep.name] = AdapterState(
+                ep.name, dist_name, "failed",
+                f"overmind: adapter {ep.name} ({dist_name}) failed to import {ep.value}: {type(e).__name__}: {e}. "
+                f"Reinstall or upgrade {dist_name}, or skip it with OVERMIND_DISABLED_ADAPTERS={ep.name}.")
+            _report(state, strict, asked=False)
+            continue
+        _adapters[ep.name] = AdapterState(ep.name, dist_name, "loaded")
+
+
+def get_manager(strict: bool = False) -> pluggy.PluginManager:
+    """The plugin manager, with the installed adapters discovered on first use."""
+    global _manager
+    with _lock:
+        if _manager is None:
+            _manager = _new_manager()
+            _discover(_manager, strict)
+        return _manager
+
+
+def adapters() -> dict[str, AdapterState]:
+    """The state of every adapter seen: loaded, skipped (requirements), disabled (by name) or failed."""
+    get_manager()
+    return dict(_adapters)
+
+
+def _invalidate() -> None:
+    global _reducers
+    _reducers = None
+
+
+def reducers() -> Mapping[type, Callable]:
+    """Core reducers (TorchScript) merged with every adapter's ``overmind_reducers``."""
+    global _reducers
+    table = _reducers
+    if table is not None:
+        return table
+    table = {}
+    try:
+        from . import torchscript
+
+        table.update(torchscript.reducers())
+    except ImportError:
+        pass
+    for name, part in _call_each("overmind_reducers"):
+        table.update(part or {})
+    _reducers = table
+    return table
+
+
+def _call_each(hook_name: str, **kwargs) -> list[tuple[str, Any]]:
+    """Call a hook on each adapter separately, so a failing adapter is named and skipped, not fatal."""
+    pm = get_manager()
+    out = []
+    for impl in reversed(getattr(pm.hook, hook_name).get_hookimpls()):
+        try:
+            out.append((impl.plugin_name, impl.function(**{a: kwargs[a] for a in impl.argnames})))
+        except Exception as e:
+            if os.environ.get("OVERMIND_STRICT") == "1":
+                raise
+            warnings.warn(OvermindWarning(
+                f"overmind: adapter {impl.plugin_name} failed in {hook_name}: {type(e).__name__}: {e}; "
+                f"continuing without it. Skip it with OVERMIND_DISABLED_ADAPTERS={impl.plugin_name}."), stacklevel=3)
+    return out
+
+
+def call_hook(hook_name: str, **kwargs) -> list[Any]:
+    return [r for _, r in _call_each(hook_name, **kwargs) if r is not None]
+
+
+def first_result(hook_name: str, **kwargs) -> Any:
+    for _, r in _call_each(hook_name, **kwargs):
+        if r is not None:
+            return r
+    return None
+
+
+def activate(strict: bool = False) -> list[str]:
+    global _active
+    if os.environ.get("OVERMIND_DISABLE") == "1":
+        log.info("overmind: OVERMIND_DISABLE=1, activate() patches nothing")
+        return []
+    with _lock:
+        pm = get_manager(strict)
+        if strict:
+            failed = [s for s in _adapters.values() if s.status == "failed"]
+            if failed:
+                raise AdapterError(failed[0].reason)
+        for state in _adapters.values():
+            if state.status != "loaded" or state.targets:
+                continue
+            plugin = pm.get_plugin(state.name)
+            _apply_adapter(state, plugin, strict)
+        _active = True
+        return sorted(n for n, s in _adapters.items() if s.status == "loaded")
+
+
+def _apply_adapter(state: AdapterState, plugin: Any, strict: bool) -> None:
+    hook = getattr(plugin, "overmind_patch_targets", None)
+    if hook is None:
+        return
+    applied = []
+    try:
+        targets = list(hook() or [])
+        for t in targets:
+            t = t if t.adapter else patching.PatchTarget(t.owner, t.name, t.kind, state.name, t.replacement)
+            patching.apply(t)
+            applied.append(t)
+    except Exception as e:
+        for t in reversed(applied):
+            patching.restore(t)
+        state.status, state.reason = "failed", _patch_failure(state, e)
+        if strict:
+            raise AdapterError(state.reason) from e
+        warnings.warn(OvermindWarning(state.reason), stacklevel=4)
+        return
+    state.targets = applied
+
+
+def _patch_failure(state: AdapterState, e: Exception) -> str:
+    if isinstance(e, patching.PatchError):
+        return str(e)
+    return (f"overmind: adapter {state.name} ({state.dist}) failed to patch: {type(e).__name__}: {e}. "
+            f"Its library may have changed; upgrade {state.dist} or skip it with OVERMIND_DISABLED_ADAPTERS={state.name}.")
+
+
+def deactivate() -> None:
+    global _active
+    with _lock:
+        for state in reversed(list(_adapters.values())):
+            for t in reversed(state.targets):
+                patching.restore(t)
+            state.targets = []
+        _active = False
+
+
+def is_active() -> bool:
+    return _active
+
+
+def reset() -> None:
+    """Forget every adapter (tests): deactivate, then drop the manager so the next use rediscovers."""
+    global _manager
+    with _lock:
+        deactivate()
+        _manager = None
+        _adapters.clear()
+        _invalidate()

@@ -1,0 +1,58 @@
+"""The byte layout of one entry's memfd.
+
+```
+0            header: magic, skeleton offset/length, data offset/length (little-endian u64)
+64           the skeleton: the pickle of the object graph, storages left out
+data_offset  page aligned; the storages, each at a 64-byte aligned offset relative to data_offset
+```
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+MAGIC = b"OVMD0001"
+HEADER = struct.Struct("<8sQQQQ")
+HEADER_SIZE = 64
+PAGE = 4096
+STORAGE_ALIGN = 64
+
+
+def align(n: int, to: int) -> int:
+    return (n + to - 1) // to * to
+
+
+class LayoutError(ValueError):
+    """The memfd does not hold a well-formed entry (truncated, foreign or from another format version)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    skeleton_offset: int
+    skeleton_len: int
+    data_offset: int
+    data_len: int
+
+    @classmethod
+    def plan(cls, skeleton_len: int, data_len: int) -> "Layout":
+        data_offset = align(HEADER_SIZE + skeleton_len, PAGE)
+        return cls(HEADER_SIZE, skeleton_len, data_offset, data_len)
+
+    @property
+    def total(self) -> int:
+        return max(self.data_offset + self.data_len, PAGE)
+
+    def pack(self) -> bytes:
+        return HEADER.pack(MAGIC, self.skeleton_offset, self.skeleton_len, self.data_offset, self.data_len)
+
+    @classmethod
+    def unpack(cls, buf, size: int) -> "Layout":
+        if size < HEADER_SIZE:
+            raise LayoutError(f"entry is {size} bytes, smaller than its header")
+        magic, so, sl, do, dl = HEADER.unpack_from(buf, 0)
+        if magic != MAGIC:
+            raise LayoutError(f"entry has magic {magic!r}, expected {MAGIC!r} (written by another Overmind version?)")
+        layout = cls(so, sl, do, dl)
+        if so + sl > do or do + dl > size:
+            raise LayoutError(f"entry header {layout} does not fit its {size} bytes (truncated?)")
+        return layout

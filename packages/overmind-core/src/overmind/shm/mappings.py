@@ -1,0 +1,99 @@
+"""The registry of this process's live entry mappings, to recognise a storage that already lives in one.
+
+A storage found here is referenced by the next entry that contains it instead of being copied again
+(``from_pretrained(..., vae=vae)``), but only while its pages are pristine: a page the user wrote to
+became a private anonymous page, and its bytes are no longer the entry's. /proc/self/pagemap tells
+(bit 61: file or shared page); where pagemap cannot be read, the storage is copied, never referenced.
+"""
+from __future__ import annotations
+
+import bisect
+import mmap
+import threading
+import weakref
+from typing import TYPE_CHECKING, NamedTuple
+
+import torch
+
+if TYPE_CHECKING:
+    from .reader import EntryMapping
+
+PAGE = mmap.PAGESIZE
+_lock = threading.Lock()
+_starts: list[int] = []
+_spans: dict[int, tuple[int, str, object]] = {}  # data start -> (end, entry_id, token)
+
+
+class Location(NamedTuple):
+    entry_id: str
+    offset: int  # relative to the entry's data region
+
+
+def register(m: "EntryMapping") -> None:
+    """Record ``m``'s data region until its mmap is freed (the storages over it keep the mmap alive,
+    possibly long after the EntryMapping object itself is gone)."""
+    start, end, token = m.data_address, m.address + len(m.mm), object()
+    with _lock:
+        if start not in _spans:
+            bisect.insort(_starts, start)
+        _spans[start] = (end, m.entry_id, token)
+    weakref.finalize(m.mm, _unregister, start, token)
+
+
+def _unregister(start: int, token: object) -> None:
+    with _lock:
+        span = _spans.get(start)
+        if span is None or span[2] is not token:
+            return  # the address was reused by a newer mapping
+        del _spans[start]
+        i = bisect.bisect_left(_starts, start)
+        if i < len(_starts) and _starts[i] == start:
+            del _starts[i]
+
+
+def live_count() -> int:
+    with _lock:
+        return len(_spans)
+
+
+def contains(ptr: int) -> bool:
+    """Whether ``ptr`` lies in a live entry mapping of this process."""
+    with _lock:
+        i = bisect.bisect_right(_starts, ptr) - 1
+        return i >= 0 and ptr < _spans[_starts[i]][0]
+
+
+def locate(ptr: int, nbytes: int) -> Location | None:
+    """Where ``[ptr, ptr+nbytes)`` lives, if inside a live mapping whose pages there are untouched."""
+    if nbytes == 0 or ptr == 0:
+        return None
+    with _lock:
+        i = bisect.bisect_right(_starts, ptr) - 1
+        if i < 0:
+            return None
+        start = _starts[i]
+        end, entry_id, _ = _spans[start]
+    if ptr + nbytes > end or not is_pristine(ptr, nbytes):
+        return None
+    return Location(entry_id, ptr - start)
+
+
+def is_pristine(ptr: int, nbytes: int) -> bool:
+    """Whether no page of ``[ptr, ptr+nbytes)`` was written since it was mapped (copy-on-write intact)."""
+    first, last = ptr // PAGE, (ptr + nbytes - 1) // PAGE
+    try:
+        with open("/proc/self/pagemap", "rb", buffering=0) as f:
+            f.seek(first * 8)
+            raw = f.read((last - first + 1) * 8)
+    except OSError:
+        return False  # cannot tell: copy the bytes rather than risk referencing modified ones
+    if len(raw) != (last - first + 1) * 8:
+        return False
+    entries = torch.frombuffer(bytearray(raw), dtype=torch.int64)
+    present = (entries >> 63) & 1
+    swapped = (entries >> 62) & 1
+    file_or_shared = (entries >> 61) & 1
+    # A private (written) page is present or swapped without the file/shared bit; untouched pages are
+    # either absent (never faulted) or mapped from the memfd (bit 61 set).
+    private = ((present | swapped) & (1 - file_or_shared)).any()
+    return not bool(private)

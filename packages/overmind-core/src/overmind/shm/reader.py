@@ -1,0 +1,50 @@
+"""Map an entry copy-on-write and hand out zero-copy storages over it.
+
+Every load maps the memfd afresh with MAP_PRIVATE: an in-place write by the user (``p.data.add_(1)``,
+``load_state_dict``) lands in a private page of this one object, never in the cache, never in another
+process, and never in another object loaded from the same entry in this process.
+"""
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+
+import torch
+
+from .. import zerocopy
+from . import mappings
+from .layout import Layout
+
+
+class EntryMapping:
+    """One private mapping of one entry's memfd."""
+
+    __slots__ = ("entry_id", "mm", "layout", "address", "_view", "__weakref__")
+
+    def __init__(self, entry_id: str, fd: int):
+        size = os.fstat(fd).st_size
+        self.entry_id = entry_id
+        self.mm = mmap.mmap(fd, size, access=mmap.ACCESS_COPY)
+        self.layout = Layout.unpack(self.mm, size)
+        probe = ctypes.c_char.from_buffer(self.mm)
+        self.address = ctypes.addressof(probe)
+        del probe
+        self._view = memoryview(self.mm)
+        mappings.register(self)
+
+    @property
+    def data_address(self) -> int:
+        return self.address + self.layout.data_offset
+
+    def skeleton(self) -> memoryview:
+        lo = self.layout.skeleton_offset
+        return self._view[lo:lo + self.layout.skeleton_len]
+
+    def storage(self, offset: int, nbytes: int) -> torch.UntypedStorage:
+        """A zero-copy storage over ``nbytes`` at ``offset`` of the data region; it keeps the mapping alive."""
+        if offset < 0 or offset + nbytes > self.layout.data_len:
+            raise ValueError(f"storage [{offset}, +{nbytes}) lies outside entry {self.entry_id}'s "
+                             f"{self.layout.data_len} data bytes")
+        lo = self.layout.data_offset + offset
+        return zerocopy.storage_from_buffer(self._view[lo:lo + nbytes])
