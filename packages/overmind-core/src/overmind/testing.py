@@ -1,0 +1,203 @@
+"""pytest helpers for Overmind and for adapter authors (registered as the pytest plugin ``overmind``).
+
+Fixtures:
+
+* ``overmind_runtime``: a private runtime directory (so a private server) for one test, stopped after.
+
+Functions:
+
+* :func:`run_fresh` runs a script in a fresh interpreter (spawned, never forked) against the same server
+  and returns what the script passed to :func:`report`.
+* :func:`overmind_mapped` tells whether an address lies in an Overmind memfd mapping (``/proc/self/maps``).
+* :func:`check_targets_resolve` and :func:`check_patch_symmetry` are the conformance checks every adapter
+  should pass::
+
+      from overmind.testing import check_patch_symmetry, check_targets_resolve
+
+      def test_conformance(overmind_runtime):
+          check_targets_resolve("mylib")
+          check_patch_symmetry("mylib")
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+from typing import Any, Iterator
+
+import pytest
+
+RESULT_MARK = "OVERMIND-RESULT:"
+
+
+@contextlib.contextmanager
+def isolated_runtime() -> Iterator[str]:
+    """Point ``OVERMIND_RUNTIME_DIR`` at a fresh short folder; stop its server and remove it afterwards."""
+    path = tempfile.mkdtemp(prefix="om-", dir="/tmp")  # Unix socket paths are limited to 108 bytes
+    old = os.environ.get("OVERMIND_RUNTIME_DIR")
+    os.environ["OVERMIND_RUNTIME_DIR"] = path
+    try:
+        yield path
+    finally:
+        if old is None:
+            os.environ.pop("OVERMIND_RUNTIME_DIR", None)
+        else:
+            os.environ["OVERMIND_RUNTIME_DIR"] = old
+        stop_servers(path)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def overmind_runtime() -> Iterator[str]:
+    """A private runtime directory and server for one test."""
+    with isolated_runtime() as path:
+        yield path
+
+
+def stop_servers(path: str) -> None:
+    """Stop the server of runtime dir ``path`` politely, then SIGKILL any server process left for it."""
+    from . import client as client_mod
+    from .errors import OvermindError
+    from .server.launcher import accepts
+
+    cached = client_mod._clients.pop(path, None)
+    if cached is not None:
+        cached.close()
+    if accepts(os.path.join(path, "server.sock")):
+        try:
+            client_mod.Client(path, autostart=False).stop()
+        except (OvermindError, OSError):
+            pass
+    for pid in server_pids(path):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def server_pids(path: str) -> list[int]:
+    """Pids of live ``overmind.server`` processes whose command line names exactly runtime dir ``path``."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"overmind.server" in argv and os.fsencode(path) in argv:
+            pids.append(int(name))
+    return pids
+
+
+def report(value: Any) -> None:
+    """In a script run by :func:`run_fresh`: hand ``value`` (JSON-serialisable) back to the test."""
+    print(RESULT_MARK + json.dumps(value), flush=True)
+
+
+def run_fresh(script: str, *, env: dict[str, str] | None = None, timeout: float = 300, check: bool = True,
+              user: str | None = None) -> Any:
+    """Run ``script`` (dedented) in a fresh Python process and return the value it :func:`report`-ed.
+
+    The child inherits the environment (so the same ``OVERMIND_RUNTIME_DIR``) plus ``env``. With
+    ``check=True`` a non-zero exit or a missing report fails the test with the child's output.
+    """
+    full_env = {**os.environ, **(env or {})}
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(textwrap.dedent(script))
+        path = f.name
+    os.chmod(path, 0o644)
+    try:
+        kwargs: dict[str, Any] = {}
+        if user is not None:
+            import pwd
+
+            pw = pwd.getpwnam(user)
+
+            def demote() -> None:
+                os.setgid(pw.pw_gid)
+                os.setuid(pw.pw_uid)
+
+            kwargs["preexec_fn"] = demote
+            full_env["HOME"] = "/tmp"
+        proc = subprocess.run([sys.executable, path], env=full_env, capture_output=True, text=True,
+                              timeout=timeout, **kwargs)
+    finally:
+        os.unlink(path)
+    reports = [line[len(RESULT_MARK):] for line in proc.stdout.splitlines() if line.startswith(RESULT_MARK)]
+    if check and (proc.returncode != 0 or not reports):
+        pytest.fail(f"fresh process failed (exit {proc.returncode}):\n--- stdout\n{proc.stdout[-4000:]}\n"
+                    f"--- stderr\n{proc.stderr[-6000:]}", pytrace=False)
+    return json.loads(reports[-1]) if reports else {"returncode": proc.returncode, "stderr": proc.stderr}
+
+
+def overmind_mapped(address: int) -> bool:
+    """Whether ``address`` lies in a mapping of an Overmind memfd in this process (``/proc/self/maps``)."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split()
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            if lo <= address < hi:
+                return len(fields) >= 6 and "/memfd:overmind" in line
+    return False
+
+
+def _adapter_targets(name: str) -> list:
+    from . import plugins
+
+    pm = plugins.get_manager()
+    plugin = pm.get_plugin(name)
+    state = plugins.adapters().get(name)
+    if plugin is None:
+        why = f" ({state.status}: {state.reason})" if state else " (no entry point of that name in group overmind.adapters)"
+        raise AssertionError(f"adapter {name!r} is not loaded{why}")
+    hook = getattr(plugin, "overmind_patch_targets", None)
+    return list(hook() or []) if hook else []
+
+
+def check_targets_resolve(name: str) -> list:
+    """Every patch target of adapter ``name`` exists, and has the kind the adapter declares."""
+    targets = _adapter_targets(name)
+    for t in targets:
+        found = inspect.getattr_static(t.owner, t.name)  # raises AttributeError if it moved
+        if t.kind == "classmethod":
+            assert isinstance(found, classmethod), f"{t.describe()} is {type(found).__name__}, not a classmethod"
+        elif t.kind in ("function", "staticmethod"):
+            fn = found.__func__ if isinstance(found, staticmethod) else found
+            assert callable(fn), f"{t.describe()} is not callable"
+    return targets
+
+
+def check_patch_symmetry(name: str) -> list:
+    """``activate()`` patches every target of adapter ``name`` (twice is a no-op) and ``deactivate()`` puts
+    back the identical original objects, leaving no attribute behind that was not there before."""
+    from . import patching, plugins
+
+    targets = _adapter_targets(name)
+    assert targets, f"adapter {name!r} declares no patch targets"
+    before = {(id(t.owner), t.name): (t.name in vars(t.owner), vars(t.owner).get(t.name)) for t in targets}
+    plugins.deactivate()
+    try:
+        plugins.activate(strict=True)
+        first = {(id(t.owner), t.name): vars(t.owner).get(t.name) for t in targets}
+        for t in targets:
+            assert patching.is_patched(t.owner, t.name), f"{t.describe()} was not patched by activate()"
+            assert vars(t.owner).get(t.name) is not before[(id(t.owner), t.name)][1], f"{t.describe()} unchanged"
+        plugins.activate(strict=True)
+        for t in targets:
+            assert vars(t.owner).get(t.name) is first[(id(t.owner), t.name)], f"{t.describe()} re-patched"
+    finally:
+        plugins.deactivate()
+    for t in targets:
+        had, original = before[(id(t.owner), t.name)]
+        assert (t.name in vars(t.owner)) == had, f"deactivate() left {t.describe()} behind"
+        if had:
+            assert vars(t.owner)[t.name] is original, f"deactivate() did not restore {t.describe()} by identity"
+        assert not patching.is_patched(t.owner, t.name)
+    return targets
