@@ -126,7 +126,10 @@ def _recv_frame(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
 
 def _recv_first_byte(sock: socket.socket) -> tuple[bytes, list[int]]:
     ancbufsize = socket.CMSG_SPACE(MAX_FDS_PER_FRAME * _FD_SIZE)
-    data, ancdata, flags, _addr = sock.recvmsg(1, ancbufsize, _RECV_FLAGS)
+    try:
+        data, ancdata, flags, _addr = sock.recvmsg(1, ancbufsize, _RECV_FLAGS)
+    except ConnectionResetError:
+        raise ConnectionClosed("the peer reset the connection") from None
     fds: list[int] = []
     for level, kind, cdata in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -149,7 +152,10 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
     view = memoryview(buf)
     got = 0
     while got < n:
-        k = sock.recv_into(view[got:], n - got)
+        try:
+            k = sock.recv_into(view[got:], n - got)
+        except ConnectionResetError:
+            k = 0
         if k == 0:
             raise ConnectionClosed(f"the peer closed the connection in the middle of a frame ({got}/{n} bytes)")
         got += k

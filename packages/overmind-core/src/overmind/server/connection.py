@@ -195,7 +195,7 @@ class Connection:
             "ok": True, "pid": os.getpid(), "uptime": time.monotonic() - self.server.started,
             "version": __version__, "protocol": PROTOCOL_VERSION, "entries": stats["entries"],
             "bytes": stats["bytes"], "max_bytes": stats["max_bytes"], "claims": stats["claims"],
-            "clients": self.server.clients, "runtime_dir": self.server.runtime_dir,
+            "waiting": stats["waiting"], "clients": self.server.clients, "runtime_dir": self.server.runtime_dir,
             "log": self.server.log_file, "torch_imported": "torch" in sys.modules,
         }, []
 

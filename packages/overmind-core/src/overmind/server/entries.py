@@ -83,6 +83,7 @@ class Store:
         self._by_id: dict[str, Entry] = {}
         self._claims: dict[str, int] = {}
         self._used = 0
+        self._waiting = 0  # requests blocked on another connection's claim (reported by status)
         self._ids = itertools.count(1)
         self._ticks = itertools.count(1)
 
@@ -115,7 +116,11 @@ class Store:
                 if not alive():
                     return GetOutcome("busy")
                 slice_s = _ALIVE_CHECK_S if remaining is None else min(_ALIVE_CHECK_S, remaining)
-                self._changed.wait(slice_s)
+                self._waiting += 1
+                try:
+                    self._changed.wait(slice_s)
+                finally:
+                    self._waiting -= 1
 
     def release(self, key: str, owner: int) -> bool:
         """Drop ``owner``'s claim on ``key`` (its loader failed); one waiter then gets ``claimed``."""
@@ -257,7 +262,7 @@ class Store:
         """Counts for the ``status`` reply."""
         with self._changed:
             return {"entries": len(self._by_id), "bytes": self._used, "max_bytes": self.max_bytes,
-                    "claims": len(self._claims)}
+                    "claims": len(self._claims), "waiting": self._waiting}
 
     def close_all(self) -> None:
         """Close every fd the store holds (server shutdown)."""

@@ -1,0 +1,93 @@
+"""Budget and eviction against a real server: LRU order, live mappings survive, references protect."""
+from __future__ import annotations
+
+import mmap
+
+import pytest
+
+from overmind.client import Client
+from overmind.errors import ServerError
+
+K = 1024
+
+
+@pytest.fixture
+def client(runtime_dir, monkeypatch):
+    """A client whose freshly started server has a 40 KiB budget (room for two 16 KiB entries)."""
+    monkeypatch.setenv("OVERMIND_MAX_BYTES", "40K")
+    c = Client()
+    assert c.status()["max_bytes"] == 40 * K
+    return c
+
+
+def _keys(c: Client) -> set[str]:
+    return {row["key"] for row in c.ls()}
+
+
+def test_lru_entry_is_evicted_and_a_live_mapping_of_it_still_reads_right(client, sealed_memfd):
+    client.publish("a", sealed_memfd(b"A" * 16 * K))
+    client.publish("b", sealed_memfd(b"B" * 16 * K))
+    hit = client.get("a")
+    mapping = mmap.mmap(hit.fds[hit.entry["entry_id"]], 0, access=mmap.ACCESS_COPY)
+    hit.close()  # only the mapping keeps "a" alive in this process now
+    client.get("b").close()  # "b" is now more recently used than "a"
+
+    client.publish("c", sealed_memfd(b"C" * 16 * K))
+
+    assert _keys(client) == {"b", "c"}
+    assert client.get("a", claim=False).status == "miss"
+    assert mapping[:] == b"A" * 16 * K
+    mapping.close()
+    assert client.status()["bytes"] == 32 * K
+
+
+def test_eviction_frees_as_many_entries_as_needed(client, sealed_memfd):
+    for name in "abcd":
+        client.publish(name, sealed_memfd(name.encode() * 8 * K))
+    assert _keys(client) == {"a", "b", "c", "d"}
+    client.publish("big", sealed_memfd(b"x" * 30 * K))
+    assert _keys(client) == {"d", "big"}
+
+
+def test_referenced_entry_is_not_evicted_even_when_least_recently_used(client, sealed_memfd):
+    base = client.publish("base", sealed_memfd(b"0" * 16 * K))
+    client.publish("user", sealed_memfd(b"1" * 16 * K), deps=[base])
+    client.get("user").close()  # "base" is the least recently used entry, but "user" references it
+    client.publish("new", sealed_memfd(b"2" * 16 * K))
+    assert _keys(client) == {"base", "new"}, "the unreferenced entry goes; the referenced one stays"
+
+
+def test_new_entrys_own_deps_are_never_evicted_to_make_room_for_it(client, sealed_memfd):
+    base = client.publish("base", sealed_memfd(b"0" * 16 * K))
+    client.publish("other", sealed_memfd(b"1" * 16 * K))
+    client.get("other").close()
+    client.publish("child", sealed_memfd(b"2" * 16 * K), deps=[base])
+    assert _keys(client) == {"base", "child"}
+
+
+def test_entry_that_cannot_fit_is_refused_with_budget_and_nothing_is_evicted(client, sealed_memfd):
+    base = client.publish("base", sealed_memfd(b"0" * 16 * K))
+    client.publish("user", sealed_memfd(b"1" * 16 * K), deps=[base])
+    with pytest.raises(ServerError, match="OVERMIND_MAX_BYTES") as info:
+        client.publish("huge", sealed_memfd(b"2" * 41 * K))
+    assert info.value.reason == "budget"
+    with pytest.raises(ServerError) as info:
+        # Only "user" is evictable (16 KiB); that is not enough for 25 KiB, so nothing may be evicted.
+        client.publish("mid", sealed_memfd(b"3" * 25 * K), deps=[base])
+    assert info.value.reason == "budget"
+    assert _keys(client) == {"base", "user"}
+
+
+def test_evict_refuses_a_referenced_entry_unless_all(client, sealed_memfd):
+    base = client.publish("base", sealed_memfd(b"0" * K))
+    client.publish("user", sealed_memfd(b"1" * K), deps=[base])
+    out = client.evict("base")
+    assert out["evicted"] == [] and out["refused"][0]["key"] == "base"
+    assert "referenced by" in out["refused"][0]["reason"]
+    assert client.evict("nope")["refused"] == [{"key": "nope", "reason": "not cached"}]
+    assert client.evict("user") == {"evicted": ["user"], "refused": []}
+    assert client.evict("base") == {"evicted": ["base"], "refused": []}
+    client.publish("x", sealed_memfd(b"x"))
+    client.publish("y", sealed_memfd(b"y"), deps=[client.ls()[0]["entry_id"]])
+    assert sorted(client.evict(all=True)["evicted"]) == ["x", "y"]
+    assert client.status()["bytes"] == 0 and client.ls() == []
