@@ -63,7 +63,12 @@ class ExtensionUnavailable(ImportError):
 
 def _py_storage_from_buffer(buf: Any) -> torch.UntypedStorage:
     """Twin of ``overmind._C.storage_from_buffer``: ``torch.frombuffer`` keeps a reference to ``buf``."""
-    nbytes = memoryview(buf).nbytes
+    view = memoryview(buf)  # TypeError for a non-buffer, as PyObject_GetBuffer gives in C
+    if not view.c_contiguous:
+        raise BufferError(f"overmind: cannot view a non-contiguous buffer ({view!r}) as one storage; pass a "
+                          "contiguous slice.")
+    nbytes = view.nbytes
+    view.release()
     if nbytes == 0:
         # torch.frombuffer refuses an empty buffer; an empty storage needs no memory to keep alive.
         return torch.UntypedStorage(0)
@@ -75,6 +80,12 @@ def _py_storage_from_buffer(buf: Any) -> torch.UntypedStorage:
 
 def _storage_bytes(storage: torch.UntypedStorage) -> bytes:
     """Copy a CPU storage's bytes (the twin's one copy of a TorchScript archive)."""
+    if isinstance(storage, torch.TypedStorage):
+        storage = storage.untyped()
+    if not isinstance(storage, torch.UntypedStorage):
+        raise TypeError(
+            f"overmind: script_module_from_storage expects a torch.UntypedStorage, got {type(storage).__name__}."
+        )
     if storage.device.type != "cpu":
         raise ValueError(
             f"overmind: a TorchScript archive must be held in a CPU storage, got one on {storage.device}; "
@@ -173,7 +184,7 @@ def _select(name: str | None = None) -> str:
     if requested == "c" and ext is None:
         raise ExtensionUnavailable(
             f"overmind: {ENV}=c requires the compiled extension overmind._C, and it does not import "
-            f"({failure}). Rebuild it with scripts/setup (torch and a C++17 compiler must be present at "
+            f"({failure}). Rebuild it with scripts/setup (torch and a C++20 compiler must be present at "
             f"install time), or unset {ENV} to use the pure-Python twin."
         )
     if ext is None:

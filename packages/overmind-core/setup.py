@@ -1,0 +1,73 @@
+"""Build hook of overmind-core: the optional compiled extension ``overmind._C``.
+
+Metadata lives in pyproject.toml; this file only adds the extension. It is built when torch imports in
+the build environment (``pip install --no-build-isolation ...``, as scripts/setup does) and is never
+required: without torch, with ``OVERMIND_NO_EXTENSION=1``, or when compiling fails, the package installs
+with a warning and ``overmind.zerocopy`` uses its pure-Python twin. An editable install builds the shared
+object next to the sources (src/overmind/_C*.so), where ``import overmind._C`` finds it.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import sys
+
+from setuptools import setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CSRC = os.path.join("src", "overmind", "csrc")
+
+
+def _warn(message: str) -> None:
+    # pip shows a build backend's stderr with -v only; the line still lands in logs, and
+    # `overmind doctor` reports the missing extension at run time with the reason.
+    print(f"overmind-core: {message}", file=sys.stderr)
+
+
+def _extension_build() -> dict:
+    """``setup()`` keyword arguments that build ``overmind._C``, or none when it cannot or must not be built."""
+    if os.environ.get("OVERMIND_NO_EXTENSION", "") == "1":
+        _warn("OVERMIND_NO_EXTENSION=1: not building overmind._C; the pure-Python twin will be used.")
+        return {}
+    try:
+        from torch.utils.cpp_extension import BuildExtension, CppExtension
+    except Exception as exc:  # torch absent or broken in the build environment
+        _warn(
+            f"torch does not import in the build environment ({type(exc).__name__}: {exc}); not building "
+            "overmind._C, the pure-Python twin will be used. Install with --no-build-isolation after torch "
+            "to build it."
+        )
+        return {}
+
+    class OptionalBuildExtension(BuildExtension):
+        """Build the extension if the toolchain allows; a failure is a warning, never a failed install."""
+
+        def run(self) -> None:
+            try:
+                super().run()
+            except Exception as exc:
+                _warn(
+                    f"building overmind._C failed ({type(exc).__name__}: {exc}); installing without it, the "
+                    "pure-Python twin will be used. Check for a C++20 compiler and the torch headers, then "
+                    "rerun scripts/setup."
+                )
+
+        def copy_extensions_to_source(self) -> None:
+            # Editable installs copy the built object into src/; skip that when the build itself failed.
+            try:
+                super().copy_extensions_to_source()
+            except Exception as exc:
+                _warn(f"could not place overmind._C next to the sources ({exc}); the pure-Python twin will be used.")
+
+    sources = sorted(glob.glob(os.path.join(CSRC, "*.cpp"), root_dir=HERE))
+    extension = CppExtension(
+        name="overmind._C",
+        sources=sources,
+        include_dirs=[os.path.join(HERE, CSRC)],
+        extra_compile_args=["-O2", "-g0"],  # torch adds -std=c++20, which its 2.13 headers need
+    )
+    # use_ninja=False: ninja is not a dependency; the plain compiler runs one file at a time.
+    return {"ext_modules": [extension], "cmdclass": {"build_ext": OptionalBuildExtension.with_options(use_ninja=False)}}
+
+
+setup(**_extension_build())

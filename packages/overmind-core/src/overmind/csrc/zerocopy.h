@@ -1,0 +1,22 @@
+// overmind._C: the compiled half of overmind/zerocopy.py.
+//
+// Both functions have a pure-Python twin in zerocopy.py with the same signature and behaviour; the test
+// suite runs against both. Keep them in step.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <pybind11/pybind11.h>
+
+namespace overmind {
+
+// buffer -> torch.UntypedStorage over the buffer's memory (no copy). The storage holds the Py_buffer, hence
+// a reference to the buffer's owner, until its last user is gone. A 0-byte buffer gives an empty storage.
+pybind11::object storage_from_buffer(pybind11::handle buffer);
+
+// CPU storage holding a TorchScript ZIP archive -> torch._C.ScriptModule. The archive is read in place;
+// the uncompressed tensor records of a torch.package layout archive become storages aliasing it.
+pybind11::object script_module_from_storage(pybind11::handle storage, std::optional<std::string> device);
+
+}  // namespace overmind
