@@ -10,6 +10,7 @@ import fcntl
 import itertools
 import logging
 import os
+import resource
 import signal
 import socket
 import threading
@@ -49,6 +50,7 @@ class Server:
         """Take the lock, bind, accept until asked to stop, then clean up."""
         self._take_lock()
         try:
+            _raise_fd_limit()
             self._bind()
             self._install_signal_handlers()
             log.info("server pid %d serving %s (budget %d bytes)", os.getpid(), self.socket_file,
@@ -146,3 +148,14 @@ class Server:
             os.close(self._lock_file)
             self._lock_file = None
         log.info("server pid %d stopped", os.getpid())
+
+
+def _raise_fd_limit() -> None:
+    """Lift the soft open-file limit to the hard one: the server holds one fd per entry plus one per client."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open-file limit from %d (%s); at most about %d entries and clients "
+                        "fit at once", soft, exc, soft)

@@ -1,0 +1,145 @@
+"""``overmind doctor``: check the machine and the setup, and say what to fix.
+
+Each check returns a ``Check`` with a state (``ok``, ``warn`` or ``fail``), one line of detail and, when
+not ok, what to do. Only failures make the command exit non-zero. The doctor never starts a server.
+"""
+from __future__ import annotations
+
+import fcntl
+import mmap
+import os
+import sys
+from dataclasses import dataclass
+
+from . import __version__, runtime
+from .protocol import PROTOCOL_VERSION
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+
+
+@dataclass
+class Check:
+    """The outcome of one check."""
+
+    name: str
+    state: str
+    detail: str
+    fix: str = ""
+
+
+def run_checks(runtime_dir: str | None = None, *, brief: bool = False) -> int:
+    """Run every check and print the results; returns 1 if any failed, else 0."""
+    checks = [check_memfd(), check_runtime_dir(runtime_dir), check_budget(), check_server(runtime_dir),
+              check_zerocopy()]
+    width = max(len(c.name) for c in checks)
+    for c in checks:
+        if brief:
+            line = f"{c.state:<4}  {c.name.ljust(width)}  {c.detail}"
+            print(line + (f" -> {c.fix}" if c.fix else ""))
+        else:
+            print(f"[{c.state}] {c.name}: {c.detail}")
+            if c.fix:
+                print(f"       fix: {c.fix}")
+    failed = [c.name for c in checks if c.state == FAIL]
+    if not brief:
+        print("all checks passed" if not failed else f"{len(failed)} check(s) failed: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+def check_memfd() -> Check:
+    """A sealed memfd can be created and mapped copy-on-write, and private writes stay private."""
+    name = "memfd"
+    seals = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK
+    try:
+        fd = os.memfd_create("overmind-doctor", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
+    except (AttributeError, OSError) as exc:
+        return Check(name, FAIL, f"memfd_create failed ({exc})",
+                     "Overmind needs Linux >= 3.17 with memfd_create; no cache can work without it")
+    try:
+        os.write(fd, b"overmind" * 512)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+        if fcntl.fcntl(fd, fcntl.F_GET_SEALS) & seals != seals:
+            return Check(name, FAIL, "seals did not stick", "report this kernel; sealing is required")
+        with mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE) as m:
+            m[:8] = b"PRIVATE!"
+        if os.pread(fd, 8, 0) != b"overmind":
+            return Check(name, FAIL, "a private write reached the sealed memfd", "report this kernel")
+    except OSError as exc:
+        return Check(name, FAIL, f"sealing or mapping a memfd failed ({exc})",
+                     "check seccomp/container policies that block fcntl F_ADD_SEALS or mmap")
+    finally:
+        os.close(fd)
+    return Check(name, OK, "sealed memfd + copy-on-write (MAP_PRIVATE) mapping work")
+
+
+def check_runtime_dir(path: str | None) -> Check:
+    """The runtime directory exists (or can be made), is ours and is mode 0700."""
+    try:
+        directory = runtime.runtime_dir(path)
+        runtime.socket_path(directory)
+    except Exception as exc:  # noqa: BLE001 - every failure here is reported, not raised
+        return Check("runtime dir", FAIL, str(exc).removeprefix("overmind: "),
+                     "see the message; or set OVERMIND_RUNTIME_DIR to a private directory")
+    return Check("runtime dir", OK, f"{directory} (mode 0700, yours)")
+
+
+def check_budget() -> Check:
+    """``OVERMIND_MAX_BYTES`` parses (a bad value would stop the server from starting)."""
+    from .server.budget import ENV_MAX_BYTES, max_bytes_from_env
+
+    try:
+        budget = max_bytes_from_env()
+    except ValueError as exc:
+        return Check("budget", FAIL, str(exc), f"fix or unset {ENV_MAX_BYTES}")
+    source = ENV_MAX_BYTES if os.environ.get(ENV_MAX_BYTES) else "half of RAM"
+    return Check("budget", OK, f"{budget / (1 << 30):.1f} GiB ({source})")
+
+
+def check_server(path: str | None) -> Check:
+    """If a server runs: reachable, same protocol and version, torch-free. Never starts one."""
+    from .client import Client
+    from .server.launcher import accepts
+
+    name = "server"
+    try:
+        client = Client(path, autostart=False)
+    except Exception as exc:  # noqa: BLE001
+        return Check(name, FAIL, f"cannot check: {exc}", "fix the runtime directory first")
+    if not accepts(client.socket_path):
+        return Check(name, OK, "not running (it starts on the first overmind.load)")
+    try:
+        st = client.status()
+    except Exception as exc:  # noqa: BLE001
+        return Check(name, FAIL, f"running but not answering properly: {exc}",
+                     f"run 'overmind stop' (or kill it) and see {client.log_path}")
+    finally:
+        client.close()
+    if st.get("protocol") != PROTOCOL_VERSION:
+        return Check(name, FAIL, f"pid {st['pid']} speaks protocol {st.get('protocol')}, this client "
+                     f"{PROTOCOL_VERSION}", "run 'overmind stop'; a matching server starts on demand")
+    if st.get("torch_imported"):
+        return Check(name, WARN, f"pid {st['pid']} has imported torch (it should never)",
+                     f"report a bug with {client.log_path}")
+    if st.get("version") != __version__:
+        return Check(name, WARN, f"pid {st['pid']} runs overmind {st.get('version')}, this is {__version__}",
+                     "run 'overmind stop' when convenient so the new version serves")
+    return Check(name, OK, f"pid {st['pid']}, protocol {PROTOCOL_VERSION}, overmind {__version__}, "
+                           f"{st['entries']} entries")
+
+
+def check_zerocopy() -> Check:
+    """Which buffer-to-storage implementation is active (compiled extension or pure-Python twin)."""
+    name = "zero-copy"
+    try:
+        from . import zerocopy
+
+        info = zerocopy.describe()
+    except Exception as exc:  # noqa: BLE001 - torch missing or the module broken: report, don't crash
+        return Check(name, WARN, f"not available ({type(exc).__name__}: {exc})",
+                     f"install torch into {sys.prefix} (overmind caches torch objects)")
+    active, reason = info.get("active"), info.get("reason", "")
+    if active == "c":
+        return Check(name, OK, f"compiled extension overmind._C ({reason})" if reason else
+                     "compiled extension overmind._C")
+    return Check(name, WARN, f"{active} implementation: {reason}",
+                 "rebuild the extension with scripts/setup for faster warm loads (the cache works without it)")

@@ -1,0 +1,115 @@
+"""The ``overmind`` command, run as a real subprocess against a real server."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from overmind.client import Client
+from overmind.server.launcher import accepts
+
+OVERMIND = os.path.join(os.path.dirname(sys.executable), "overmind")
+
+
+def om(*args: str, check_rc: int | None = 0) -> subprocess.CompletedProcess:
+    out = subprocess.run([OVERMIND, *args], capture_output=True, text=True, timeout=120)
+    if check_rc is not None:
+        assert out.returncode == check_rc, (out.stdout, out.stderr)
+    return out
+
+
+@pytest.fixture
+def served(runtime_dir):
+    """A server started with ``overmind serve`` (foreground process), plus a client of it."""
+    proc = subprocess.Popen([OVERMIND, "serve"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sock = os.path.join(runtime_dir, "server.sock")
+    while not accepts(sock):
+        assert proc.poll() is None, proc.communicate()
+        os.sched_yield()
+    yield proc, Client(autostart=False)
+    if proc.poll() is None:
+        proc.terminate()
+    proc.communicate(timeout=60)
+
+
+def test_console_script_is_installed():
+    assert os.access(OVERMIND, os.X_OK), f"{OVERMIND} missing; run scripts/setup"
+
+
+def test_status_without_a_server_says_so_and_starts_none(runtime_dir):
+    out = om("status", check_rc=1)
+    assert "no server is running" in out.stderr and "overmind serve" in out.stderr
+    assert not os.path.exists(os.path.join(runtime_dir, "server.sock"))
+    assert "no server is running" in om("stop").stdout
+
+
+def test_serve_status_ls_evict_stop(served, sealed_memfd):
+    proc, client = served
+    base = client.publish("k-base", sealed_memfd(b"b" * 3000), meta={"loader": "diffusers.UNet.from_pretrained",
+                                                                     "summary": "('/models/unet',) dtype=fp16"})
+    client.publish("k-user", sealed_memfd(b"u" * 10), deps=[base], meta={"loader": "torch.load"})
+    client.get("k-base").close()
+
+    status = om("status").stdout
+    assert f"pid {proc.pid}" in status
+    assert "\nentries  2\n" in status
+    assert "2.9 KiB used of" in status
+    assert "1 connected" in status
+
+    listing = om("ls").stdout
+    assert base in listing and "diffusers.UNet.from_pretrained" in listing
+    assert "('/models/unet',) dtype=fp16" in listing and "2.9 KiB" in listing
+    assert "torch.load" in listing and "2 entries" in listing
+
+    refused = om("evict", "k-base", check_rc=1)
+    assert "not evicted k-base: referenced by" in refused.stderr
+    user_id = next(e["entry_id"] for e in client.ls() if e["key"] == "k-user")
+    assert "evicted k-user" in om("evict", user_id).stdout  # an entry id from 'ls' works too
+    assert "evicted k-base" in om("evict", "--all").stdout
+    assert "no entries cached" in om("ls").stdout
+
+    assert f"stopped server pid {proc.pid}" in om("stop").stdout
+    assert proc.wait(timeout=60) == 0
+    assert "serving" in proc.stderr.read(), "serve logs to the terminal"
+
+
+def test_status_json_and_python_dash_m(served):
+    proc, _ = served
+    out = subprocess.run([sys.executable, "-m", "overmind", "status", "--json"], capture_output=True, text=True,
+                         check=True)
+    assert f'"pid": {proc.pid}' in out.stdout and '"torch_imported": false' in out.stdout
+
+
+def test_serve_refuses_a_second_server(served):
+    out = om("serve", check_rc=3)
+    assert "already serves" in out.stderr
+
+
+def test_doctor_brief_prints_one_line_per_check(served):
+    proc, _ = served
+    out = om("doctor", "--brief")
+    lines = out.stdout.splitlines()
+    names = [line.split()[1] for line in lines]
+    assert names == ["memfd", "runtime", "budget", "server", "zero-copy"]
+    assert all(line.split()[0] in ("ok", "warn") for line in lines)
+    assert f"pid {proc.pid}, protocol 1" in out.stdout
+
+
+def test_doctor_does_not_start_a_server_and_reports_fixes(runtime_dir):
+    out = om("doctor")
+    assert "[ok] server: not running" in out.stdout and "all checks passed" in out.stdout
+    assert not os.path.exists(os.path.join(runtime_dir, "server.sock"))
+    os.chmod(runtime_dir, 0o755)
+    try:
+        bad = om("doctor", check_rc=1)
+    finally:
+        os.chmod(runtime_dir, 0o700)
+    assert "[fail] runtime dir" in bad.stdout and f"chmod 700 {runtime_dir}" in bad.stdout
+
+
+def test_doctor_flags_a_bad_budget(runtime_dir, monkeypatch):
+    monkeypatch.setenv("OVERMIND_MAX_BYTES", "much")
+    out = om("doctor", "--brief", check_rc=1)
+    assert any(line.startswith("fail") and "budget" in line for line in out.stdout.splitlines())
