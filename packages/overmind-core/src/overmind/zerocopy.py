@@ -28,6 +28,7 @@ What is and is not copied by ``script_module_from_storage`` (see ``torchscript.p
 from __future__ import annotations
 
 import ctypes
+import importlib
 import io
 import os
 import re
@@ -177,7 +178,8 @@ def _select(name: str | None = None) -> str:
     ext, failure = None, None
     if requested != "python":
         try:
-            from . import _C as ext  # noqa: N814 (the extension's conventional name)
+            # import_module consults sys.modules first, so a blocked entry (None) reads as "not built".
+            ext = importlib.import_module(f"{__package__}._C")
         except Exception as exc:  # an ABI mismatch raises ImportError, a broken build may raise others
             failure = f"{type(exc).__name__}: {exc}"
     _extension_path = getattr(ext, "__file__", None)
