@@ -1,0 +1,95 @@
+"""The overmind-bnb adapter: the ``overmind_*`` hooks for bitsandbytes-quantized models.
+
+Registered under the entry point ``overmind.adapters: bnb``. It patches no loader: quantized models are
+loaded by ``from_pretrained`` (patched by overmind-transformers / overmind-diffusers) or by the user's own
+function through ``overmind.load``; this adapter makes their results cacheable and keys the quantization.
+
+- ``overmind_reducers``: ``Params4bit`` / ``Int8Params`` keep their class and quantization state, zero-copy.
+- ``overmind_prepare_result``: accelerate's dispatch hooks and move guards off a quantized model while it is
+  pickled, back on afterwards.
+- ``overmind_after_unpickle``: the same hooks and guards rebuilt on the cached copy.
+- ``overmind_key_for_value`` / ``overmind_key_parts``: ``BitsAndBytesConfig`` and the bitsandbytes version.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, ContextManager, Iterator, Mapping
+
+from overmind.hookspecs import hookimpl
+
+from . import dispatch, keys, reducers
+
+
+@hookimpl
+def overmind_reducers() -> Mapping[type, Any]:
+    """Reducers for bitsandbytes' quantized parameters (see :mod:`overmind_bnb.reducers`)."""
+    return reducers.reducer_table()
+
+
+@hookimpl
+def overmind_key_for_value(value: Any) -> Any:
+    """``BitsAndBytesConfig`` -> ``("BitsAndBytesConfig", module, to_dict())``; anything else: not ours."""
+    if keys.is_bnb_config(value):
+        return keys.config_stand_in(value)
+    return None
+
+
+@hookimpl
+def overmind_key_parts(loader: Any, arguments: dict[str, Any]) -> Any:
+    """The bitsandbytes version and visible CUDA device count, for calls that pass a ``BitsAndBytesConfig``."""
+    return keys.key_parts(arguments)
+
+
+@hookimpl
+def overmind_prepare_result(result: Any, loader: Any) -> ContextManager | None:
+    """Strip accelerate's dispatch hooks and move guards from a quantized result while it is pickled."""
+    roots = [m for m in _modules_in(result) if _is_quantized(m) and dispatch.has_dispatch_state(m)]
+    return dispatch.stripped(roots) if roots else None
+
+
+# tryfirst: this hook is firstresult, and another adapter answering first would skip this one.
+@hookimpl(tryfirst=True)
+def overmind_after_unpickle(result: Any, metadata: Mapping[str, Any]) -> None:
+    """Rebuild accelerate's hooks and guards on a cached copy that had them; keep the object (``None``)."""
+    for module in _modules_in(result):
+        if dispatch.MARKER in module.__dict__:
+            dispatch.reattach(module)
+    return None
+
+
+def _modules_in(result: Any) -> Iterator[Any]:
+    """The ``torch.nn.Module`` objects a loader returned: the result itself, or the values of a tuple, list,
+    dict or plain object (a pipeline's components), one level deep."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    module_type = torch.nn.Module
+    if isinstance(result, module_type):
+        yield result
+        return
+    if isinstance(result, (tuple, list)):
+        values = result
+    elif isinstance(result, dict):
+        values = result.values()
+    else:
+        values = getattr(result, "__dict__", {}).values()
+    seen = set()
+    for value in values:
+        if isinstance(value, module_type) and id(value) not in seen:
+            seen.add(id(value))
+            yield value
+
+
+def _is_quantized(module: Any) -> bool:
+    """Whether ``module`` holds bitsandbytes layers or was loaded with a bitsandbytes quantization config.
+
+    The second case matters: ``llm_int8_enable_fp32_cpu_offload`` keeps offloaded modules unquantized, so a
+    model can be a bitsandbytes load without holding a bitsandbytes layer on this machine.
+    """
+    if str(getattr(getattr(module, "quantization_method", None), "value", "")) == "bitsandbytes":
+        return True
+    bnb_nn = sys.modules.get("bitsandbytes.nn")
+    if bnb_nn is None:
+        return False
+    layers = (bnb_nn.Linear4bit, bnb_nn.Linear8bitLt)
+    return any(isinstance(m, layers) for m in module.modules())
