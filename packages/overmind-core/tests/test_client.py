@@ -78,8 +78,10 @@ def test_each_thread_gets_its_own_connection(runtime_dir):
     t.start()
     t.join()
     assert seen == [2]
+    assert len(c._conns) == 2
     c.close()
-    assert Client().status()["clients"] == 1, "close() closes every connection of the client"
+    assert c._conns == [], "close() closes every connection of the client"
+    assert c.status()["runtime_dir"] == runtime_dir, "and the client reconnects on the next request"
 
 
 def test_claim_belongs_to_the_thread_that_got_it(runtime_dir):

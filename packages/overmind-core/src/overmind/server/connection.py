@@ -73,10 +73,7 @@ class Connection:
         except Exception:
             log.exception("connection %d (pid %d) crashed; its claims are released", self.conn_id, self.peer_pid)
         finally:
-            released = self.store.release_all(self.conn_id)
-            if released:
-                log.info("connection %d (pid %d) closed holding claims on %d keys; released them",
-                         self.conn_id, self.peer_pid, len(released))
+            self.store.release_all(self.conn_id, f"connection {self.conn_id} (pid {self.peer_pid})")
             if counted:
                 self.server.client_count(-1)
             self.sock.close()

@@ -131,10 +131,13 @@ class Store:
             self._changed.notify_all()
             return True
 
-    def release_all(self, owner: int) -> list[str]:
+    def release_all(self, owner: int, who: str = "") -> list[str]:
         """Drop every claim of ``owner`` (its connection closed); returns the keys released."""
         with self._changed:
             keys = [k for k, o in self._claims.items() if o == owner]
+            if keys:
+                # Logged under the lock, so the line is in the log before any waiter can act on the release.
+                log.info("%s closed holding claims on %d keys; released them", who or f"owner {owner}", len(keys))
             for k in keys:
                 del self._claims[k]
             if keys:
@@ -293,9 +296,13 @@ class Store:
         try:
             for eid in ids:
                 fds.append(os.dup(self._by_id[eid].fd))
-        except BaseException:
+        except BaseException as exc:
             for fd in fds:
                 _close_quietly(fd)
+            if isinstance(exc, OSError):
+                raise StoreError("server fds", f"the server cannot duplicate entry fds ({exc.strerror}); it may "
+                                 f"be at its open-file limit. Run 'overmind evict' on unused entries, or "
+                                 f"raise 'ulimit -n' and restart it with 'overmind stop'.") from None
             raise
         return fds
 
