@@ -30,7 +30,7 @@ def _extension_build() -> dict:
         _warn("OVERMIND_NO_EXTENSION=1: not building overmind._C; the pure-Python twin will be used.")
         return {}
     try:
-        from torch.utils.cpp_extension import BuildExtension, CppExtension
+        from torch.utils.cpp_extension import BuildExtension, CppExtension, library_paths
     except Exception as exc:  # torch absent or broken in the build environment
         _warn(
             f"torch does not import in the build environment ({type(exc).__name__}: {exc}); not building "
@@ -65,6 +65,8 @@ def _extension_build() -> dict:
         sources=sources,
         include_dirs=[os.path.join(HERE, CSRC)],
         extra_compile_args=["-O2", "-g0"],  # torch adds -std=c++20, which its 2.13 headers need
+        # An rpath to torch's libraries lets `import overmind._C` resolve them even before `import torch`.
+        extra_link_args=[f"-Wl,-rpath,{path}" for path in library_paths()],
     )
     # use_ninja=False: ninja is not a dependency; the plain compiler runs one file at a time.
     return {"ext_modules": [extension], "cmdclass": {"build_ext": OptionalBuildExtension.with_options(use_ninja=False)}}

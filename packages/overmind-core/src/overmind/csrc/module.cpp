@@ -6,7 +6,9 @@
 namespace py = pybind11;
 
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "Compiled speedups of overmind.zerocopy (import torch first; use overmind.zerocopy, not this).";
+  // The functions build torch Python objects; torch's own module initialisation must have run first.
+  py::module_::import("torch");
+  m.doc() = "Compiled speedups of overmind.zerocopy; use overmind.zerocopy rather than this module.";
   m.def("storage_from_buffer", &overmind::storage_from_buffer, py::arg("buffer"),
         "torch.UntypedStorage over a buffer's memory, without a copy; keeps the buffer's owner alive.");
   m.def("script_module_from_storage", &overmind::script_module_from_storage, py::arg("storage"),
