@@ -9,7 +9,6 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import signal
 import tempfile
 
 import pytest
@@ -51,38 +50,6 @@ def sealed_memfd():
 
 
 def _stop_servers(path: str) -> None:
-    """Stop the server of ``path`` politely, then SIGKILL any server process still started for ``path``."""
-    from overmind import client as client_mod
-    from overmind.errors import OvermindError
-    from overmind.server.launcher import accepts
+    from overmind.testing import stop_servers
 
-    cached = client_mod._clients.pop(path, None)
-    if cached is not None:
-        cached.close()
-    sock = os.path.join(path, "server.sock")
-    if accepts(sock):
-        try:
-            client_mod.Client(path, autostart=False).stop()
-        except (OvermindError, OSError):
-            pass
-    for pid in _server_pids(path):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def _server_pids(path: str) -> list[int]:
-    """Pids of live ``overmind.server`` processes whose command line names exactly this runtime dir."""
-    pids = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if b"overmind.server" in argv and os.fsencode(path) in argv:
-            pids.append(int(name))
-    return pids
+    stop_servers(path)

@@ -47,10 +47,12 @@ class _StorageTable:
         self.deps: set[str] = set()
 
     def persistent_id(self, obj: Any):
-        if isinstance(obj, torch.storage.TypedStorage):
+        if isinstance(obj, torch.UntypedStorage):
+            # Comes back as TypedStorage(uint8), as from torch.load: tensor rebuilds (_rebuild_tensor_v3)
+            # expect that wrapper.
+            untyped, dtype = obj, torch.uint8
+        elif isinstance(obj, torch.storage.TypedStorage):
             untyped, dtype = obj._untyped_storage, obj.dtype
-        elif isinstance(obj, torch.UntypedStorage):
-            untyped, dtype = obj, None
         else:
             return None
         device = untyped.device

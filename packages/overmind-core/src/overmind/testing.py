@@ -101,8 +101,7 @@ def report(value: Any) -> None:
     print(RESULT_MARK + json.dumps(value), flush=True)
 
 
-def run_fresh(script: str, *, env: dict[str, str] | None = None, timeout: float = 300, check: bool = True,
-              user: str | None = None) -> Any:
+def run_fresh(script: str, *, env: dict[str, str] | None = None, timeout: float = 300, check: bool = True) -> Any:
     """Run ``script`` (dedented) in a fresh Python process and return the value it :func:`report`-ed.
 
     The child inherits the environment (so the same ``OVERMIND_RUNTIME_DIR``) plus ``env``. With
@@ -114,20 +113,8 @@ def run_fresh(script: str, *, env: dict[str, str] | None = None, timeout: float 
         path = f.name
     os.chmod(path, 0o644)
     try:
-        kwargs: dict[str, Any] = {}
-        if user is not None:
-            import pwd
-
-            pw = pwd.getpwnam(user)
-
-            def demote() -> None:
-                os.setgid(pw.pw_gid)
-                os.setuid(pw.pw_uid)
-
-            kwargs["preexec_fn"] = demote
-            full_env["HOME"] = "/tmp"
         proc = subprocess.run([sys.executable, path], env=full_env, capture_output=True, text=True,
-                              timeout=timeout, **kwargs)
+                              timeout=timeout)
     finally:
         os.unlink(path)
     reports = [line[len(RESULT_MARK):] for line in proc.stdout.splitlines() if line.startswith(RESULT_MARK)]

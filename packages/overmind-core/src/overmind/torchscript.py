@@ -76,6 +76,8 @@ def rebuild_script_module(storage: torch.UntypedStorage, device: str = "cpu") ->
     Tensors return to the device they had when saved; on CPU they alias ``storage`` when the compiled
     extension is active (the twin copies them).
     """
+    if isinstance(storage, torch.storage.TypedStorage):  # the core unpickler hands storages back typed
+        storage = storage._untyped_storage
     # A mixed-device module ("") needs no map_location: the archive names every tensor's device.
     return zerocopy.script_module_from_storage(storage, map_location=device or None)
 

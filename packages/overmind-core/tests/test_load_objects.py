@@ -1,0 +1,126 @@
+"""What comes back: every dtype, layout details, tensor types, shared views, nested loads, and objects from
+earlier loads passed as arguments (referenced, not copied)."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import overmind
+from overmind import client as client_mod
+from overmind.testing import overmind_mapped, run_fresh
+
+ALL_DTYPES = [d for d in (
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
+    torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool,
+    getattr(torch, "uint16", None), getattr(torch, "uint32", None), getattr(torch, "uint64", None),
+    getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None),
+    getattr(torch, "float8_e4m3fnuz", None), getattr(torch, "float8_e5m2fnuz", None),
+    getattr(torch, "float8_e8m0fnu", None),
+) if d is not None]
+
+
+class TaggedTensor(torch.Tensor):
+    """A picklable tensor subclass."""
+
+
+def make_tensors():
+    g = torch.Generator().manual_seed(0)
+    out = {}
+    for d in ALL_DTYPES:
+        raw = torch.randint(0, 255, (3, 5), generator=g, dtype=torch.uint8)
+        out[str(d)] = raw.view(torch.uint8).repeat(1, torch.empty(0, dtype=d).element_size()).view(d)
+    base = torch.arange(60, dtype=torch.float32)
+    out["base"] = base
+    out["view_t"] = base.view(6, 10).t()  # non-contiguous strides over the same storage
+    out["view_off"] = base[7:19].view(3, 4)  # storage offset
+    out["param"] = torch.nn.Parameter(torch.randn(4, 4, generator=g))
+    out["frozen"] = torch.nn.Parameter(torch.randn(2, generator=g), requires_grad=False)
+    out["grad_leaf"] = torch.randn(3, generator=g).requires_grad_()
+    out["tagged"] = torch.arange(5.0).as_subclass(TaggedTensor)
+    out["empty"] = torch.empty(0, 3)
+    out["meta"] = torch.empty(4, 4, device="meta")
+    return out
+
+
+def test_every_dtype_layout_and_type_round_trips(overmind_runtime, monkeypatch):
+    monkeypatch.setenv("OVERMIND_STRICT", "1")
+    expected = make_tensors()
+    got = overmind.load(make_tensors)
+    got2 = overmind.load(make_tensors)  # a hit: rebuilt from the entry only
+    for result in (got, got2):
+        assert set(result) == set(expected)
+        for name, e in expected.items():
+            g = result[name]
+            assert type(g) is type(e), name
+            assert (g.dtype, g.shape, g.stride(), g.storage_offset(), g.requires_grad, g.device) == \
+                   (e.dtype, e.shape, e.stride(), e.storage_offset(), e.requires_grad, e.device), name
+            if e.device.type != "meta" and e.numel():
+                assert torch.equal(g.detach().contiguous().view(torch.uint8), e.detach().contiguous().view(torch.uint8)), name
+                assert overmind_mapped(g.data_ptr()), name
+        # views that shared one storage still share one storage
+        base_ptr = result["base"].untyped_storage().data_ptr()
+        assert result["view_t"].untyped_storage().data_ptr() == base_ptr
+        assert result["view_off"].untyped_storage().data_ptr() == base_ptr
+        result["base"][8] = -1.0
+        assert result["view_off"][0, 1] == -1.0
+    assert got2["base"][8] == 7.0 or got["base"][8] == -1.0  # each load is independent
+
+
+def make_part(n: int):
+    torch.manual_seed(n)
+    return torch.nn.Linear(n, n)
+
+
+def make_whole(n: int):
+    # a loader that loads its components through the cache, as a pipeline does
+    return torch.nn.ModuleDict({"a": overmind.load(make_part, n), "b": overmind.load(make_part, n + 1)})
+
+
+def test_nested_loads_store_shared_weights_once(overmind_runtime, monkeypatch):
+    monkeypatch.setenv("OVERMIND_STRICT", "1")
+    whole = overmind.load(make_whole, 64)
+    entries = {e["meta"]["loader"].rsplit(".", 1)[-1]: e for e in client_mod.get_client().ls()}
+    assert set(entries) == {"make_part", "make_whole"} or len(entries) == 3
+    outer = [e for e in client_mod.get_client().ls() if e["meta"]["loader"].endswith("make_whole")][0]
+    assert len(outer["deps"]) == 2
+    parts_bytes = sum(e["nbytes"] for e in client_mod.get_client().ls() if e["meta"]["loader"].endswith("make_part"))
+    assert outer["nbytes"] < 64 * 64 * 4, "the outer entry must reference its parts' weights, not copy them"
+    assert parts_bytes >= (64 * 64 + 65 * 65) * 4
+    again = run_fresh('''
+import torch, overmind
+from overmind.testing import report, overmind_mapped
+import sys
+sys.path.insert(0, %r)
+from test_load_objects import make_whole
+w = overmind.load(make_whole, 64)
+report([float(w["a"].weight.sum()), overmind_mapped(w["b"].weight.data_ptr())])
+''' % __import__("os").path.dirname(__file__), env={"OVERMIND_STRICT": "1"})
+    assert again == [pytest.approx(float(whole["a"].weight.sum())), True]
+
+
+def combine(first, second, scale: float = 1.0):
+    return torch.nn.ModuleDict({"first": first, "second": second, "head": torch.nn.Linear(2, 2)})
+
+
+def test_objects_from_earlier_loads_are_referenced_and_keyed_by_entry(overmind_runtime, monkeypatch):
+    monkeypatch.setenv("OVERMIND_STRICT", "1")
+    a = overmind.load(make_part, 96)
+    b = overmind.load(make_part, 97)
+    combo = overmind.load(combine, a, b)
+    c = client_mod.get_client()
+    outer = [e for e in c.ls() if e["meta"]["loader"].endswith("combine")][0]
+    assert len(outer["deps"]) == 2 and outer["nbytes"] < 96 * 96 * 4
+    assert torch.equal(combo["first"].weight, a.weight)
+    # the same arguments again: a hit, keyed by the entries a and b came from
+    combo2 = overmind.load(combine, a, b)
+    assert len([e for e in c.ls() if e["meta"]["loader"].endswith("combine")]) == 1
+    assert torch.equal(combo2["head"].weight, combo["head"].weight)
+    # modify a in place: it no longer holds its entry's bytes, so it has no key: a plain call
+    with torch.no_grad():
+        a.weight.add_(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        combo3 = overmind.load(combine, a, b)
+    assert combo3["first"] is a

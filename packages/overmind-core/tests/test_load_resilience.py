@@ -1,0 +1,171 @@
+"""The user's load never breaks: server killed between and during loads, a loader killed mid-publish,
+results that cannot be pickled, a budget too small, a server that cannot start, and the off switches."""
+from __future__ import annotations
+
+import os
+import signal
+import warnings
+
+import pytest
+import torch
+
+import overmind
+from overmind import api, client as client_mod
+from overmind.fallback import CacheBypassed, OvermindWarning
+from overmind.testing import overmind_mapped, run_fresh, server_pids
+
+calls: list[int] = []
+
+
+def build(n: int = 32) -> torch.nn.Module:
+    calls.append(n)
+    torch.manual_seed(n)
+    return torch.nn.Linear(n, n)
+
+
+class Unpicklable:
+    def __init__(self):
+        self.pending = (i for i in range(3))  # neither pickle nor dill can pickle a running generator
+        self.weight = torch.ones(4)
+
+
+def unpicklable():
+    return Unpicklable()
+
+
+def _plain_equal(a: torch.nn.Module, n: int) -> bool:
+    torch.manual_seed(n)
+    b = torch.nn.Linear(n, n)
+    return torch.equal(a.weight, b.weight) and torch.equal(a.bias, b.bias)
+
+
+def _quiet_load(fn, *args, **kwargs):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = overmind.load(fn, *args, **kwargs)
+    return result, [w for w in caught if issubclass(w.category, OvermindWarning)]
+
+
+def _kill_server(runtime_dir: str) -> None:
+    for pid in server_pids(runtime_dir):
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_server_killed_between_loads(overmind_runtime):
+    calls.clear()
+    a, w = _quiet_load(build, 16)
+    assert not w and overmind_mapped(a.weight.data_ptr())
+    _kill_server(overmind_runtime)
+    b, w = _quiet_load(build, 16)  # the client respawns the server; the entry is gone, so it loads again
+    assert _plain_equal(b, 16) and overmind_mapped(b.weight.data_ptr())
+    assert calls == [16, 16]
+    c, w = _quiet_load(build, 16)
+    assert not w and calls == [16, 16] and _plain_equal(c, 16)
+
+
+def killing_loader(runtime_dir: str, n: int):
+    for pid in server_pids(runtime_dir):
+        os.kill(pid, signal.SIGKILL)
+    return build(n)
+
+
+def test_server_killed_during_a_load(overmind_runtime):
+    calls.clear()
+    m, w = _quiet_load(killing_loader, overmind_runtime, 24)
+    assert _plain_equal(m, 24)
+    assert len(w) <= 1
+    # the next load is served normally, by a fresh server
+    m2, w2 = _quiet_load(build, 24)
+    assert _plain_equal(m2, 24) and not w2
+
+
+def test_loader_killed_mid_publish_leaves_nothing_half_written(overmind_runtime):
+    victim = '''
+import os, signal, torch, overmind
+import overmind.shm.writer as writer
+real = writer.write_entry
+def dying_write(*args, **kwargs):
+    fd = real(*args, **kwargs)          # the memfd is written and sealed, but never published
+    os.kill(os.getpid(), signal.SIGKILL)
+writer.write_entry = dying_write
+def build():
+    return torch.nn.Linear(8, 8)
+overmind.load(build)
+'''
+    out = run_fresh(victim, check=False)
+    assert out["returncode"] == -signal.SIGKILL
+    survivor = '''
+import torch, overmind
+from overmind.testing import report
+def build():
+    return torch.nn.Linear(8, 8)
+m = overmind.load(build)
+c = overmind.client.get_client()
+report({"entries": len(c.ls()), "shape": list(m.weight.shape)})
+'''
+    res = run_fresh(survivor, env={"OVERMIND_STRICT": "1"})
+    assert res == {"entries": 1, "shape": [8, 8]}
+
+
+def test_unpicklable_result_returns_plain_object_with_one_warning(overmind_runtime):
+    obj, w = _quiet_load(unpicklable)
+    assert isinstance(obj, Unpicklable) and torch.equal(obj.weight, torch.ones(4))
+    assert len(w) == 1 and "could not cache" in str(w[0].message) and "Unpicklable" in str(w[0].message)
+    assert client_mod.get_client().ls() == []  # nothing published, claim released
+
+
+def test_strict_mode_raises_instead(overmind_runtime, monkeypatch):
+    monkeypatch.setenv("OVERMIND_STRICT", "1")
+    with pytest.raises(CacheBypassed, match="could not cache"):
+        overmind.load(unpicklable)
+
+
+def test_disable_switch_makes_load_a_plain_call(overmind_runtime, monkeypatch):
+    monkeypatch.setenv("OVERMIND_DISABLE", "1")
+    calls.clear()
+    m, w = _quiet_load(build, 8)
+    assert not w and calls == [8] and not overmind_mapped(m.weight.data_ptr())
+    assert not os.path.exists(os.path.join(overmind_runtime, "server.sock"))
+
+
+def test_budget_too_small_returns_plain_result(monkeypatch):
+    from overmind.testing import isolated_runtime
+
+    with isolated_runtime():
+        monkeypatch.setenv("OVERMIND_MAX_BYTES", "4K")
+        m, w = _quiet_load(build, 128)
+        assert _plain_equal(m, 128)
+        assert len(w) == 1 and "OVERMIND_MAX_BYTES" in str(w[0].message)
+
+
+def test_server_that_cannot_start_falls_back(tmp_path, monkeypatch):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    monkeypatch.setenv("OVERMIND_RUNTIME_DIR", str(not_a_dir / "sub"))
+    calls.clear()
+    m, w = _quiet_load(build, 12)
+    assert _plain_equal(m, 12) and calls == [12]
+    assert len(w) == 1 and "overmind doctor" in str(w[0].message)
+
+
+def test_unkeyable_arguments_load_directly_without_warning(overmind_runtime):
+    calls.clear()
+
+    def build_with(module):
+        calls.append(1)
+        return module
+
+    plain_module = torch.nn.Linear(2, 2)  # not from an Overmind load: no stable key
+    m, w = _quiet_load(build_with, plain_module)
+    assert m is plain_module and not w and calls == [1]
+
+
+def test_loader_exceptions_propagate_and_release_the_claim(overmind_runtime):
+    def failing():
+        raise ValueError("bad checkpoint")
+
+    with pytest.raises(ValueError, match="bad checkpoint"):
+        overmind.load(failing)
+    res = client_mod.get_client().get(api.key.make_key(api.key.describe_loader(failing), {}).key,
+                                      claim=True, wait=False)
+    assert res.status == "claimed"  # nobody holds it any more
