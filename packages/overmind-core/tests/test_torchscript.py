@@ -249,6 +249,33 @@ def test_round_trip_through_pickle_with_storages_out_of_band(impl):
         assert torch.equal(loaded["model"](EXAMPLE), original["model"](EXAMPLE))
 
 
+def test_round_trip_through_the_core_pickler(impl):
+    """overmind.pickling with this module's reducers: the module is one out-of-band storage, and the
+    unpickler hands rebuild_script_module the TypedStorage(uint8) wrapper it gives every storage."""
+    from overmind import pickling
+
+    original = {"encoder": traced(), "decoder": scripted()}
+    pickled = pickling.dumps(original, reducers=torchscript.reducers(), reference_mapped=False)
+    assert len(pickled.storages) == 2  # one archive per module, nothing else
+    region = bytearray(pickled.data_len)
+    for storage, offset in pickled.storages:
+        region[offset : offset + storage.nbytes()] = storage_bytes(storage)
+    fd = publish(zerocopy.storage_from_buffer(region))
+    mm, data = borrow(fd, len(region))
+    os.close(fd)
+
+    def storage_source(where, offset, nbytes):
+        assert where is None
+        return zerocopy.storage_from_buffer(memoryview(mm)[DATA_OFFSET + offset : DATA_OFFSET + offset + nbytes])
+
+    loaded = pickling.loads(pickled.skeleton, storage_source, pickled.pickler)
+    with torch.no_grad():
+        for name, module in original.items():
+            assert torch.equal(loaded[name](EXAMPLE), module(EXAMPLE))
+            inside = {t.data_ptr() in address_range(data) for t in tensors_of(loaded[name])}
+            assert inside == {impl == "c"}
+
+
 # --- copy-on-write, lifetime, re-saving -----------------------------------------------------------------
 
 

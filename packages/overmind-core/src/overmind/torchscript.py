@@ -73,6 +73,8 @@ def reduce_script_module(module: torch.jit.ScriptModule) -> tuple[Callable[..., 
 def rebuild_script_module(storage: torch.UntypedStorage, device: str = "cpu") -> torch.jit.ScriptModule:
     """Unpickle counterpart of :func:`reduce_script_module`: import the module from its archive storage.
 
+    ``storage`` may also be the ``TypedStorage(uint8)`` wrapper the core unpickler gives for every storage.
+
     Tensors return to the device they had when saved; on CPU they alias ``storage`` when the compiled
     extension is active (the twin copies them).
     """

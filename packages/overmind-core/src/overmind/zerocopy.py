@@ -228,6 +228,8 @@ def storage_from_buffer(buf: Any) -> torch.UntypedStorage:
 def script_module_from_storage(storage: torch.UntypedStorage, map_location: Any = None) -> torch.jit.ScriptModule:
     """Import the TorchScript archive held in a CPU storage; ``map_location`` as in ``torch.jit.load``.
 
+    ``storage`` is a ``torch.UntypedStorage`` (a ``TypedStorage`` wrapping one is accepted too).
+
     Accepts a plain ``torch.jit.save`` archive or the torch.package layout that ``torchscript.py`` writes;
     see the module docstring for what each implementation copies.
     """
