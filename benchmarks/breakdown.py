@@ -1,0 +1,70 @@
+"""Where an Overmind load spends its time: inclusive timers around the steps of ``overmind.api``.
+
+Installed by a scenario process in Overmind mode (``child.start``). Each timer counts only the outermost
+call of its step (a nested load inside a load is not counted twice) and sums over every load in the
+process. Steps nest: ``publish`` contains ``pickle``, ``write_entry``, ``server_publish`` and the final
+``rebuild``; ``rebuild`` contains ``map`` and ``unpickle``. What no step covers in a cold load (its total
+minus ``key``, ``server_get`` and ``publish``) is the library's own loader running inside Overmind.
+
+This wraps module attributes that ``overmind.api`` looks up at call time; a step that is renamed in the
+core is skipped (and reported missing), never an error.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import time
+
+# step name -> (module, attribute path)
+STEPS = {
+    "key": ("overmind.key", "make_key"),
+    "server_start": ("overmind.server.launcher", "ensure_server"),
+    "server_get": ("overmind.client", "Client.get"),
+    "publish": ("overmind.api", "publish"),
+    "pickle": ("overmind.pickling", "dumps"),
+    "write_entry": ("overmind.shm.writer", "write_entry"),
+    "server_publish": ("overmind.client", "Client.publish"),
+    "rebuild": ("overmind.api", "rebuild"),
+    "map": ("overmind.shm.reader", "EntryMapping.__init__"),
+    "unpickle": ("overmind.pickling", "loads"),
+}
+
+totals: dict[str, float] = {}
+calls: dict[str, int] = {}
+missing: list[str] = []
+_depth: dict[str, int] = {}
+
+
+def _timed(name: str, fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        depth = _depth.get(name, 0)
+        _depth[name] = depth + 1
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _depth[name] = depth
+            if depth == 0:
+                totals[name] = totals.get(name, 0.0) + time.perf_counter() - t
+                calls[name] = calls.get(name, 0) + 1
+
+    return wrapper
+
+
+def install() -> None:
+    """Wrap every step in :data:`STEPS` that exists."""
+    for name, (module, path) in STEPS.items():
+        try:
+            owner = importlib.import_module(module)
+            *outer, attr = path.split(".")
+            for part in outer:
+                owner = getattr(owner, part)
+            setattr(owner, attr, _timed(name, getattr(owner, attr)))
+        except (ImportError, AttributeError):
+            missing.append(name)
+
+
+def result() -> dict:
+    """The totals (seconds) and call counts so far, for the scenario's report."""
+    return {"totals": dict(totals), "calls": dict(calls), "missing": list(missing)}

