@@ -66,8 +66,8 @@ def _py_storage_from_buffer(buf: Any) -> torch.UntypedStorage:
     """Twin of ``overmind._C.storage_from_buffer``: ``torch.frombuffer`` keeps a reference to ``buf``."""
     view = memoryview(buf)  # TypeError for a non-buffer, as PyObject_GetBuffer gives in C
     if not view.c_contiguous:
-        raise BufferError(f"overmind: cannot view a non-contiguous buffer ({view!r}) as one storage; pass a "
-                          "contiguous slice.")
+        raise BufferError(f"overmind: cannot view a non-contiguous buffer (strides {view.strides}) as one "
+                          "storage; pass a contiguous slice.")
     nbytes = view.nbytes
     view.release()
     if nbytes == 0:
