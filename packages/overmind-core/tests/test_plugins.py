@@ -1,0 +1,165 @@
+"""Adapter discovery through real entry points (the fixture adapters installed by scripts/setup),
+activate/deactivate symmetry, blocking by name, broken and unsupported adapters, adapter hooks."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import overmind
+from overmind import patching, plugins
+from overmind.fallback import OvermindWarning
+from overmind.plugins import AdapterError
+from overmind.testing import check_patch_symmetry, check_targets_resolve, overmind_mapped, run_fresh
+from overmind_fixture_adapter import lib
+
+
+FIXTURE_ADAPTERS = {"fixture", "fixture_broken", "future"}
+
+
+def others_blocked(*extra: str) -> str:
+    """OVERMIND_DISABLED_ADAPTERS naming every installed adapter but the fixture ones (and ``extra``)."""
+    from importlib import metadata
+
+    names = {ep.name for ep in metadata.entry_points(group=plugins.GROUP)} - FIXTURE_ADAPTERS
+    return ",".join(sorted(names | set(extra)))
+
+
+@pytest.fixture(autouse=True)
+def fresh_plugins(monkeypatch):
+    # The real adapters are tested in their own packages; here only the fixture adapters take part.
+    monkeypatch.setenv("OVERMIND_DISABLED_ADAPTERS", others_blocked())
+    plugins.reset()
+    yield
+    plugins.reset()
+
+
+def test_entry_point_adapter_is_discovered_and_patches_symmetrically(overmind_runtime):
+    original = vars(lib.Model)["from_pretrained"]
+    active = overmind.activate()
+    assert "fixture" in active and "future" not in active
+    assert vars(lib.Model)["from_pretrained"] is not original
+    assert patching.is_patched(lib.Model, "from_pretrained")
+    assert patching.get_original(lib.Model, "from_pretrained") is original
+    assert overmind.activate() == active  # idempotent
+    overmind.deactivate()
+    assert vars(lib.Model)["from_pretrained"] is original
+    assert "from_pretrained" not in vars(lib.SpecialModel)  # inherited before, inherited after
+
+
+def test_conformance_checks_pass_for_the_fixture_adapter(overmind_runtime):
+    assert check_targets_resolve("fixture")
+    assert check_patch_symmetry("fixture")
+
+
+def test_patched_loader_is_cached_across_processes(overmind_runtime, tmp_path):
+    path = tmp_path / "w.pt"
+    torch.save(torch.arange(6.0), path)
+    log, unpickle_log = tmp_path / "loads.log", tmp_path / "unpickle.log"
+    script = f'''
+import overmind
+from overmind.testing import report, overmind_mapped
+overmind.activate(strict=True)
+from overmind_fixture_adapter.lib import Model, SpecialModel
+m = Model.from_pretrained({str(path)!r}, scale=2.0)
+s = SpecialModel.from_pretrained({str(path)!r}, scale=2.0)
+report([type(m).__name__, type(s).__name__, m.weight.tolist(), m.handle.name, overmind_mapped(m.weight.data_ptr())])
+'''
+    env = {"FIXTURE_LOAD_LOG": str(log), "FIXTURE_UNPICKLE_LOG": str(unpickle_log), "OVERMIND_STRICT": "1",
+           "OVERMIND_DISABLED_ADAPTERS": others_blocked()}
+    first = run_fresh(script, env=env)
+    second = run_fresh(script, env=env)
+    assert first == second == ["Model", "SpecialModel", [0.0, 2.0, 4.0, 6.0, 8.0, 10.0], "w.pt", True]
+    assert sorted(log.read_text().split()[0::2]) == ["Model", "SpecialModel"]  # one real load each
+    # the adapter's entry metadata reached its before-unpickle hook in the second process
+    assert "Model.from_pretrained" in unpickle_log.read_text()
+
+
+def test_adapter_reducer_is_used_for_direct_loads_without_activate(overmind_runtime, tmp_path, monkeypatch):
+    monkeypatch.setenv("OVERMIND_STRICT", "1")
+    path = tmp_path / "w.pt"
+    torch.save(torch.ones(3), path)
+    m = overmind.load(lib.Model.from_pretrained, str(path))
+    m2 = overmind.load(lib.Model.from_pretrained, str(path))
+    assert isinstance(m2.handle, lib.Handle) and m2.handle.name == "w.pt"
+    assert overmind_mapped(m2.weight.data_ptr()) and torch.equal(m.weight, m2.weight)
+    assert not patching.is_patched(lib.Model, "from_pretrained")
+
+
+def test_blocked_adapter_is_not_imported(monkeypatch):
+    monkeypatch.setenv("OVERMIND_DISABLED_ADAPTERS", others_blocked("fixture"))
+    assert "fixture" not in overmind.activate()
+    assert plugins.adapters()["fixture"].status == "disabled"
+    assert not patching.is_patched(lib.Model, "from_pretrained")
+
+
+def test_adapter_with_unmet_requirements_is_skipped_with_its_reason():
+    overmind.activate()
+    state = plugins.adapters()["future"]
+    assert state.status == "skipped" and "torch>=99" in state.reason
+
+
+def break_fixture_adapter(monkeypatch):
+    import sys
+
+    monkeypatch.setenv("OVERMIND_FIXTURE_BREAK", "1")
+    monkeypatch.delitem(sys.modules, "overmind_fixture_adapter.broken", raising=False)
+
+
+def test_broken_adapter_warns_once_and_the_others_still_work(monkeypatch):
+    break_fixture_adapter(monkeypatch)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        active = overmind.activate()
+    ours = [w for w in caught if issubclass(w.category, OvermindWarning)]
+    assert len(ours) == 1
+    text = str(ours[0].message)
+    assert "fixture_broken" in text and "OVERMIND_DISABLED_ADAPTERS=fixture_broken" in text
+    assert "fixture" in active
+
+
+def test_broken_adapter_raises_with_strict(monkeypatch):
+    break_fixture_adapter(monkeypatch)
+    with pytest.raises(AdapterError, match="fixture_broken"):
+        overmind.activate(strict=True)
+
+
+def test_target_that_moved_is_reported_with_adapter_target_and_fix():
+    class Plugin:
+        @overmind.hookimpl
+        def overmind_patch_targets(self):
+            return [patching.PatchTarget(lib.Model, "from_pretrained"),
+                    patching.PatchTarget(lib.Model, "load_gone")]
+
+    plugins.register_adapter("moved", Plugin())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        overmind.activate()
+    msgs = [str(w.message) for w in caught if issubclass(w.category, OvermindWarning)]
+    assert any("moved" in m and "Model.load_gone" in m and "OVERMIND_DISABLED_ADAPTERS" in m for m in msgs)
+    # the adapter's earlier target was rolled back: an adapter is applied whole or not at all
+    assert plugins.adapters()["moved"].status == "failed"
+    assert patching.patched_targets() == [t for t in patching.patched_targets() if t.adapter != "moved"]
+
+
+def test_disable_switch_makes_activate_a_no_op(monkeypatch):
+    monkeypatch.setenv("OVERMIND_DISABLE", "1")
+    assert overmind.activate() == []
+    assert not patching.is_patched(lib.Model, "from_pretrained")
+
+
+def test_every_hook_is_documented_with_its_signature():
+    from overmind import hookspecs
+
+    import inspect
+    names = [n for n in dir(hookspecs) if n.startswith("overmind_")]
+    assert len(names) >= 8
+    for n in names:
+        fn = getattr(hookspecs, n)
+        assert fn.__doc__ and len(fn.__doc__.strip()) > 40, n
+        assert inspect.signature(fn).return_annotation is not inspect.Signature.empty, n
+    docs = open(__import__("os").path.join(__import__("os").path.dirname(__file__), "..", "..", "..", "docs",
+                                           "adapters.md")).read()
+    for n in names:
+        assert n in docs, f"{n} is missing from docs/adapters.md"
