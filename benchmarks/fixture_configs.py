@@ -177,6 +177,7 @@ def configs(scale: str) -> dict:
     c["clip_merges"] = 486  # a 1,000-token vocabulary
     c["text_encoder"].update(hidden_size=32, intermediate_size=37, num_attention_heads=4, num_hidden_layers=5,
                              projection_dim=32, vocab_size=1000)
-    c["llama"].update(hidden_size=64, intermediate_size=176, num_attention_heads=4, num_key_value_heads=2,
+    # bitsandbytes CPU kernels need out_features divisible by 32.
+    c["llama"].update(hidden_size=64, intermediate_size=192, num_attention_heads=4, num_key_value_heads=2,
                       num_hidden_layers=2, vocab_size=1000, max_position_embeddings=256)
     return c

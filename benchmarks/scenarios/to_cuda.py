@@ -1,0 +1,91 @@
+"""Scenario 8 (needs CUDA): the blog pipeline moved to the GPU, ``pipe.to('cuda')``, timed in GB/s.
+
+    python benchmarks/scenarios/to_cuda.py CKPT DEPTH EDGE [--register]
+
+After the blog's four calls (plain, or served by Overmind), the process times ``pipe.to("cuda")`` with the
+device synchronised on both sides. ``--register`` first registers every Overmind mapping of the process as
+pinned host memory (``cudaHostRegister``) and times that separately, so the copy runs by DMA from the
+shared pages instead of being staged through a pinned bounce buffer. The ranges are registered read-only
+(``cudaHostRegisterReadOnly``) where the driver allows it: pinning a copy-on-write mapping for writing
+would make the kernel copy every page privately first, undoing the sharing.
+"""
+import time
+
+_t_process = time.perf_counter()
+import argparse  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import child  # noqa: E402
+
+CUDA_HOST_REGISTER_READ_ONLY = 0x08
+
+ap = argparse.ArgumentParser()
+ap.add_argument("ckpt")
+ap.add_argument("depth")
+ap.add_argument("edge")
+ap.add_argument("--register", action="store_true")
+args = ap.parse_args()
+ckpt, depth, edge = args.ckpt, args.depth, args.edge
+
+sw = child.Stopwatch()
+with sw("import"):
+    import torch
+    from diffusers import AutoencoderKL, ControlNetModel, StableDiffusionControlNetPipeline
+if not torch.cuda.is_available():
+    sys.exit("to_cuda.py: no CUDA device (torch.cuda.is_available() is False); this scenario needs a GPU")
+with sw("cuda_init"):
+    torch.zeros(1, device="cuda")  # context creation is not part of the copy
+    torch.cuda.synchronize()
+with sw("overmind_setup"):
+    facts = child.start(wrap={"diffusers:AutoencoderKL": "from_pretrained",
+                              "diffusers:ControlNetModel": "from_pretrained",
+                              "diffusers:StableDiffusionControlNetPipeline": "from_pretrained"})
+
+t_calls = time.perf_counter()
+vae = AutoencoderKL.from_pretrained(ckpt, subfolder="vae", torch_dtype=torch.float16)
+cn_depth = ControlNetModel.from_pretrained(depth, torch_dtype=torch.float16, variant="fp16")
+cn_edge = ControlNetModel.from_pretrained(edge, torch_dtype=torch.float16, variant="fp16")
+pipe = StableDiffusionControlNetPipeline.from_pretrained(ckpt, vae=vae, controlnet=[cn_edge, cn_depth], torch_dtype=torch.float16, safety_checker=None)
+sw.times["from_pretrained"] = time.perf_counter() - t_calls
+nbytes = child.weight_bytes(pipe)
+
+
+def overmind_ranges() -> list[tuple[int, int]]:
+    """(address, length) of every mapping of an Overmind memfd in this process, from /proc/self/maps."""
+    out = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            if "memfd:overmind" in line:
+                lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                out.append((lo, hi - lo))
+    return out
+
+
+registered, flags_used = 0, None
+if args.register:
+    cudart = torch.cuda.cudart()
+    with sw("register"):
+        for addr, length in overmind_ranges():
+            for flags in (CUDA_HOST_REGISTER_READ_ONLY, 0):
+                err = cudart.cudaHostRegister(addr, length, flags)
+                if int(err) == 0:
+                    registered += length
+                    flags_used = flags
+                    break
+keep = child.storages(pipe)  # the CPU pages stay mapped (and registered) until unregistered below
+torch.cuda.synchronize()
+t = time.perf_counter()
+pipe = pipe.to("cuda")
+torch.cuda.synchronize()
+sw.times["to_cuda"] = time.perf_counter() - t
+if args.register:
+    sw.times["register_and_copy"] = sw.times["register"] + sw.times["to_cuda"]
+if registered:
+    for addr, _ in overmind_ranges():
+        torch.cuda.cudart().cudaHostUnregister(addr)
+del keep
+child.emit(**facts, times=sw.times, weight_bytes=nbytes, gb_per_s=nbytes / sw.times["to_cuda"] / 1e9,
+           registered_bytes=registered, register_flags=flags_used, gpu=torch.cuda.get_device_name(),
+           python_s=time.perf_counter() - _t_process)
