@@ -1,0 +1,20 @@
+"""The README's main job runs: a plain, a cold and a warm load of the real MiniLM in fresh processes,
+identical embeddings, and the warm process's weights mapped from an Overmind memfd."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_demo_shows_cold_and_warm_loads_across_processes():
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "demo.py")], capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = {line.split("  ")[0].strip(): line for line in out.stdout.splitlines()}
+    warm = next(line for line in out.stdout.splitlines() if line.startswith("overmind, warm"))
+    cold = next(line for line in out.stdout.splitlines() if line.startswith("overmind, cold"))
+    assert "/memfd:overmind:" in warm and "/memfd:overmind:" in cold
+    assert "embeddings identical across the three: True" in out.stdout, lines
