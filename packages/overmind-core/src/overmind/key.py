@@ -291,9 +291,7 @@ def make_key(loader: Loader, arguments: dict[str, Any], extra_parts: list[Any] =
 
 
 def summarize(loader: Loader, arguments: dict[str, Any], limit: int = 160) -> str:
-    parts = []
-    for name, value in arguments.items():
-        r = repr(value) if not isinstance(value, (str, int, float, bool, type(None))) else repr(value)
-        parts.append(f"{name}={r[:60]}")
-    text = f"{loader.name}({', '.join(parts)})"
+    """A short human-readable line of the arguments, for ``overmind ls``."""
+    parts = [f"{name}={repr(value)[:60]}" for name, value in arguments.items()]
+    text = ", ".join(parts)
     return text if len(text) <= limit else text[:limit - 1] + "…"
