@@ -1,0 +1,79 @@
+"""stable-fast's clean-up hooks, kept beside a traced module instead of inside it, so the module can be saved.
+
+stable-fast traces each module into its own TorchScript class type and, so that the type (and the constants
+its frozen graph holds, weights among them) is dropped from the compilation unit when the module dies, it
+registers a ``ScriptModuleClearHook`` on the module and on every submodule as a TorchScript attribute of
+type ``PyObject``. TorchScript cannot serialize a ``PyObject`` attribute (``torch.jit.save`` and the
+torch.package serializer both fail with "Unknown IValue type for pickling: PyObject"), and an attribute
+cannot be removed from a class type once registered.
+
+While ``overmind-sfast`` is active, :func:`attach_script_module_clear_hook` replaces stable-fast's: it makes
+the same hooks for the module and its submodules but holds them in a registry tied to the lifetime of the
+module's C++ handle (``weakref.finalize``), so they run, as before, when the traced module goes away, and
+the module itself stays serializable.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Iterator
+
+__all__ = ["ATTRIBUTE", "attach_script_module_clear_hook", "carries_hook_attribute", "held_hooks", "patch_targets"]
+
+# The attribute name stable-fast 1.0.5 registers (sfast.jit.utils.attach_script_module_clear_hook).
+ATTRIBUTE = "_sfast_module_registration_clear_hook"
+
+_lock = threading.Lock()
+_held: dict[int, list[Any]] = {}
+
+
+def _walk(module_c: Any) -> Iterator[Any]:
+    """The C++ module and all its submodules, depth first."""
+    import torch
+
+    yield module_c
+    for _, child in torch._C._jit_debug_module_iterators(module_c)["named_children"]:
+        yield from _walk(child)
+
+
+def attach_script_module_clear_hook(script_module: Any, attr_name: str = ATTRIBUTE) -> None:
+    """Replacement for ``sfast.jit.utils.attach_script_module_clear_hook`` (same signature).
+
+    ``script_module`` is the C++ handle (``ScriptModule._c``) stable-fast passes; ``attr_name`` is accepted
+    for compatibility and unused: nothing is registered on the module.
+    """
+    from sfast.jit.utils import ScriptModuleClearHook
+
+    hooks = [ScriptModuleClearHook(c) for c in _walk(script_module)]
+    key = id(script_module)
+    with _lock:
+        _held[key] = hooks
+    # The handle is what the Python module object holds as ``_c``; when it goes, the hooks go, and their
+    # __del__ clears the class type registrations exactly as stable-fast's attribute would have.
+    weakref.finalize(script_module, _release, key)
+
+
+def _release(key: int) -> None:
+    with _lock:
+        _held.pop(key, None)
+
+
+def held_hooks(script_module: Any) -> list[Any]:
+    """The hooks held for the C++ handle ``script_module`` (empty if none): for tests and diagnostics."""
+    with _lock:
+        return list(_held.get(id(script_module), ()))
+
+
+def carries_hook_attribute(module: Any) -> bool:
+    """Whether a ``torch.jit.ScriptModule`` (or any submodule) holds stable-fast's ``PyObject`` hook
+    attribute, i.e. it was traced while overmind-sfast was not active and cannot be serialized."""
+    return any(c.hasattr(ATTRIBUTE) for c in _walk(module._c))
+
+
+def patch_targets() -> list:
+    """The replacement, as ``overmind.patching.PatchTarget(kind="replace")``."""
+    from overmind.patching import PatchTarget
+    from sfast.jit import utils
+
+    return [PatchTarget(utils, "attach_script_module_clear_hook", kind="replace",
+                        replacement=attach_script_module_clear_hook)]

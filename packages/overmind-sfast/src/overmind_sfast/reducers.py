@@ -1,0 +1,71 @@
+"""The reducer table overmind-sfast gives the core pickler (hook ``overmind_reducers``).
+
+The traced modules themselves are TorchScript and go through the core's TorchScript reducer
+(``overmind.torchscript``). This table adds everything stable-fast wraps around them (see
+:mod:`overmind_sfast.closures`) and ``TracedPosArgOnlyModuleWrapper``, the call helper around each traced
+module: it is checked when pickled, so that a module that cannot come back fails now, in the process
+that built it, with a message saying why; and rebuilt with its dataclass class tags restored
+(:func:`overmind_sfast.flattening.restore_class_tags`).
+"""
+from __future__ import annotations
+
+import pickle
+import types
+from typing import Any, Callable
+
+from . import clear_hooks, closures, flattening
+
+__all__ = ["reducers", "reduce_traced_wrapper", "rebuild_traced_wrapper"]
+
+
+def _cannot_save(why: str) -> pickle.PicklingError:
+    import sfast
+
+    return pickle.PicklingError(f"overmind-sfast: cannot cache a module traced by stable-fast {sfast.__version__}: {why}")
+
+
+def reduce_traced_wrapper(wrapper: Any) -> tuple:
+    """``TracedPosArgOnlyModuleWrapper`` -> ``(rebuild_traced_wrapper, (traced module, training))``."""
+    module = wrapper.module
+    if isinstance(module, _script_module_type()):
+        if clear_hooks.carries_hook_attribute(module):
+            raise _cannot_save(
+                f"it carries stable-fast's PyObject clean-up attribute ({clear_hooks.ATTRIBUTE}), which TorchScript "
+                f"cannot save, because it was traced while overmind-sfast was not active. Call overmind.activate() "
+                f"before compiling the pipeline (at the top of the script that calls overmind.load(build, ...)).")
+        for _, path in flattening.tagged_constants(module):
+            if path.startswith("?"):
+                raise _cannot_save(
+                    f"it returns a dataclass of class {path[1:]!r}, defined inside a function, which another "
+                    f"process cannot import. Define the class at module level.")
+    return rebuild_traced_wrapper, (module, wrapper.training)
+
+
+def rebuild_traced_wrapper(module: Any, training: bool) -> Any:
+    """stable-fast's call helper around ``module``, its class-tag constants pointing at live classes."""
+    from sfast.jit.trace_helper import TracedPosArgOnlyModuleWrapper
+
+    if isinstance(module, _script_module_type()):
+        flattening.restore_class_tags(module)
+    return TracedPosArgOnlyModuleWrapper(module, training=training)
+
+
+def _script_module_type() -> type:
+    import torch
+
+    return torch.jit.ScriptModule
+
+
+def reducers() -> dict[type, Callable[[Any], Any]]:
+    """``{type: reducer}``. The ``FunctionType`` and ``MethodType`` reducers answer ``NotImplemented``
+    for anything that is not stable-fast's, which leaves it to the default pickling."""
+    from sfast.hooks.module_jit_hook import ModuleJITHook
+    from sfast.jit.trace_helper import AutoTraceCompiler, TracedPosArgOnlyModuleWrapper
+
+    return {
+        types.FunctionType: closures.reduce_function,
+        types.MethodType: closures.reduce_method,
+        ModuleJITHook: closures.reduce_module_jit_hook,
+        AutoTraceCompiler: closures.reduce_auto_trace_compiler,
+        TracedPosArgOnlyModuleWrapper: reduce_traced_wrapper,
+    }

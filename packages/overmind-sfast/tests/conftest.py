@@ -1,0 +1,48 @@
+"""Fixtures for the overmind-sfast tests: a tiny SD pipeline saved once per session, stable-fast patched on demand.
+
+Every test runs on the CPU with the CPU build of stable-fast (scripts/setup installs it from ../shared/wheels);
+tests that need stable-fast skip themselves when it is not installed, the one that checks that case does not.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # sfast_pipelines: importable by name, in this and in fresh processes
+sys.path.insert(0, str(HERE.parents[2] / "tests"))  # the team's tiny_models
+
+
+@pytest.fixture(scope="session")
+def sd_ckpt(tmp_path_factory) -> Path:
+    """A tiny SD1.5-architecture pipeline folder (tests/tiny_models.py)."""
+    from tiny_models import build_sd_pipeline
+
+    return build_sd_pipeline(tmp_path_factory.mktemp("sd") / "ckpt")
+
+
+@pytest.fixture
+def sfast_patched():
+    """overmind-sfast's stable-fast patches applied for one test (as activate() does), restored after."""
+    from overmind import patching
+    from overmind_sfast import plugin
+
+    targets = plugin.patch_targets()
+    for t in targets:
+        patching.apply(t)
+    try:
+        yield targets
+    finally:
+        for t in reversed(targets):
+            patching.restore(t)
+
+
+@pytest.fixture
+def table():
+    """The pickler's reducer table as load() builds it for this adapter: core TorchScript + overmind-sfast."""
+    from overmind import torchscript
+    from overmind_sfast.reducers import reducers
+
+    return {**torchscript.reducers(), **reducers()}
