@@ -1,0 +1,89 @@
+"""The issue's scenario with a real server and fresh processes: build once, then every process gets the
+compiled pipeline from the cache, ready to run, without tracing."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("sfast", reason="stable-fast is not installed (scripts/setup installs it from ../shared/wheels)")
+
+from overmind.testing import run_fresh  # noqa: E402
+
+HERE = Path(__file__).resolve().parent  # sfast_pipelines lives here
+
+# Runs in a fresh interpreter: loads the builder through the cache, renders, reports what happened.
+LOAD_AND_RENDER = """
+import hashlib, sys, time, warnings
+sys.path.insert(0, {here!r})
+import overmind
+from overmind.testing import overmind_mapped, report
+if {activate!r}:
+    overmind.activate()
+import sfast_pipelines as sp
+
+counter = sp.TraceCounter()
+with counter.installed(), warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    start = time.perf_counter()
+    pipe = overmind.load(sp.build, {ckpt!r})
+    loaded_s = time.perf_counter() - start
+    image = sp.render(pipe)
+(helper,) = pipe.unet.forward._cached.values()
+report({{
+    "builds": sp.BUILDS,
+    "traces": counter.calls,
+    "image": hashlib.sha256(image.tobytes()).hexdigest(),
+    "shape": list(image.shape),
+    "unet_mapped": overmind_mapped(pipe.unet.conv_in.weight.data_ptr()),
+    "traced_mapped": all(overmind_mapped(p.data_ptr()) for p in helper.module.parameters()),
+    "warnings": [str(w.message) for w in caught if "overmind" in str(w.message)],
+    "loaded_s": loaded_s,
+}})
+"""
+
+
+def load_and_render(ckpt, activate=True, strict=True):
+    script = LOAD_AND_RENDER.format(here=str(HERE), ckpt=str(ckpt), activate=activate)
+    return run_fresh(script, env={"OVERMIND_STRICT": "1" if strict else "0"}, timeout=900)
+
+
+def test_second_process_gets_the_compiled_pipeline_without_tracing(overmind_runtime, sd_ckpt):
+    first = load_and_render(sd_ckpt)
+    assert first["builds"] == 1 and first["traces"] >= 3  # UNet, text encoder and VAE decoder parts
+    assert first["shape"] == [1, 64, 64, 3]
+
+    second = load_and_render(sd_ckpt)
+    assert second["builds"] == 0
+    assert second["traces"] == 0
+    assert second["image"] == first["image"]
+    assert second["unet_mapped"] and second["traced_mapped"]  # weights shared, not copied
+
+    # A process that never calls activate() still gets a working pipeline: nothing it runs needs a patch.
+    third = load_and_render(sd_ckpt, activate=False)
+    assert (third["builds"], third["traces"], third["image"]) == (0, 0, first["image"])
+
+
+# The builder compiles in a process where overmind-sfast is not active: the pipeline cannot be cached.
+COMPILED_BEFORE_ACTIVATE = """
+import sys, warnings
+sys.path.insert(0, {here!r})
+import overmind
+from overmind.testing import report
+import sfast_pipelines as sp
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    pipe = overmind.load(sp.build, {ckpt!r})
+    image = sp.render(pipe)
+report({{"builds": sp.BUILDS, "shape": list(image.shape),
+         "warnings": [str(w.message) for w in caught if "overmind" in str(w.message)]}})
+"""
+
+
+def test_compiled_without_activate_falls_back_with_a_warning_that_says_what_to_do(overmind_runtime, sd_ckpt):
+    script = COMPILED_BEFORE_ACTIVATE.format(here=str(HERE), ckpt=str(sd_ckpt))
+    got = run_fresh(script, env={"OVERMIND_STRICT": "0"}, timeout=900)
+    assert got["builds"] == 1 and got["shape"] == [1, 64, 64, 3]  # the user's pipeline, working
+    (warning,) = [w for w in got["warnings"] if "could not cache" in w]
+    assert "overmind-sfast" in warning and "overmind.activate() before compiling" in warning
