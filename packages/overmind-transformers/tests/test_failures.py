@@ -1,0 +1,66 @@
+"""When the adapter cannot cache a load, the user gets the plain result and one warning that names the
+adapter, the loader, the versions and the fix."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import tiny_models as tm
+from overmind import plugins
+from overmind.fallback import OvermindWarning
+
+
+def overmind_warnings(caught):
+    return [str(w.message) for w in caught if issubclass(w.category, OvermindWarning)]
+
+
+@pytest.fixture
+def active(overmind_runtime, monkeypatch):
+    monkeypatch.setenv("OVERMIND_DISABLED_ADAPTERS", "fixture,fixture_broken,future")
+    monkeypatch.delenv("OVERMIND_STRICT", raising=False)
+    plugins.reset()
+    plugins.activate()
+    yield
+    plugins.reset()
+
+
+def test_unpicklable_model_warns_and_returns_the_plain_load(active, tmp_path):
+    import transformers
+
+    folder = tm.build_bert(tmp_path / "bert")
+
+    class StreamingBert(transformers.BertModel):  # a generator attribute: neither pickle nor dill can store it
+        def __init__(self, config):
+            super().__init__(config)
+            self.stream = (i for i in range(3))
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = StreamingBert.from_pretrained(folder)
+    messages = overmind_warnings(caught)
+    assert len(messages) == 1, messages
+    assert "adapter transformers (overmind-transformers 0.1.0, transformers " + transformers.__version__ in messages[0]
+    assert "StreamingBert.from_pretrained" in messages[0] and "returned the plain result" in messages[0]
+    plugins.deactivate()
+    assert tm.state_digest(model) == tm.state_digest(transformers.BertModel.from_pretrained(folder))
+    assert next(model.stream) == 0
+
+
+def test_offloaded_model_is_not_cached_and_still_works(active, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    folder = tm.build_llama(tmp_path / "llama")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = AutoModelForCausalLM.from_pretrained(folder, device_map={"model": "cpu", "lm_head": "disk"},
+                                                     offload_folder=str(tmp_path / "offload"))
+    messages = overmind_warnings(caught)
+    assert messages and all("dispatched by accelerate" in m and "adapter transformers" in m for m in messages)
+    assert "device_map" in messages[0]
+    plugins.deactivate()
+    plain = AutoModelForCausalLM.from_pretrained(folder)
+    ids = torch.tensor([[1, 5, 9, 3]])
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, plain(ids).logits)

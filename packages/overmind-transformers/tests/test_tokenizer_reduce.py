@@ -1,0 +1,89 @@
+"""The fast-tokenizer reducer rebuilds a tokenizer that behaves exactly like the original (and like a fresh load),
+including what default pickling loses."""
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+import tiny_models as tm
+from overmind import pickling
+from overmind_transformers.tokenizer_reduce import reduce_fast_tokenizer, reducers
+
+TEXTS = ["a photo of the red cat", "<|startoftext|>a photo<|endoftext|> of abq", "  odd   spacing\tand ünïcode ∑"]
+
+
+def roundtrip(obj):
+    def no_storages(where, offset, nbytes):
+        raise AssertionError("a tokenizer has no storages")
+
+    pickled = pickling.dumps(obj, reducers())
+    assert pickled.storages == []
+    return pickling.loads(pickled.skeleton, no_storages, pickled.pickler)
+
+
+def behaviour(tok):
+    out = []
+    for text in TEXTS:
+        enc = tok(text)
+        out.append((enc["input_ids"], enc["attention_mask"], tok.decode(enc["input_ids"]),
+                    tok.decode(enc["input_ids"], skip_special_tokens=True), tok.tokenize(text)))
+    batch = tok(TEXTS, padding="max_length", truncation=True, max_length=12)
+    return (out, batch["input_ids"], tok.get_vocab(), {i: str(t) for i, t in tok.added_tokens_decoder.items()},
+            tok.all_special_tokens, tok.backend_tokenizer.encode_special_tokens, len(tok), tok.name_or_path)
+
+
+@pytest.fixture(scope="module")
+def clip_dir(tmp_path_factory):
+    return tm.build_clip_tokenizer(tmp_path_factory.mktemp("clip"), extra_merges=3000)
+
+
+def test_clip_tokenizer_rebuilds_exactly(clip_dir):
+    from transformers import CLIPTokenizer
+
+    tok = CLIPTokenizer.from_pretrained(clip_dir)
+    rebuilt = roundtrip(tok)
+    assert type(rebuilt) is CLIPTokenizer
+    assert behaviour(rebuilt) == behaviour(tok) == behaviour(CLIPTokenizer.from_pretrained(clip_dir))
+    assert "</w>" not in rebuilt.decode(rebuilt("a photo").input_ids)  # CLIP's decode override is back
+
+
+def test_default_pickling_loses_clip_decode_override(clip_dir):
+    """Why the reducer exists (besides speed): if this starts passing, default pickling became faithful."""
+    from transformers import CLIPTokenizer
+
+    tok = CLIPTokenizer.from_pretrained(clip_dir)
+    plain = pickle.loads(pickle.dumps(tok))
+    assert plain.decode(tok("a photo").input_ids) != tok.decode(tok("a photo").input_ids)
+
+
+def test_split_special_tokens_survives(clip_dir):
+    from transformers import CLIPTokenizer
+
+    tok = CLIPTokenizer.from_pretrained(clip_dir, split_special_tokens=True)
+    assert tok.backend_tokenizer.encode_special_tokens
+    rebuilt = roundtrip(tok)
+    assert rebuilt.backend_tokenizer.encode_special_tokens
+    assert behaviour(rebuilt) == behaviour(tok)
+
+
+def test_added_tokens_keep_their_ids(clip_dir):
+    from transformers import CLIPTokenizer
+
+    tok = CLIPTokenizer.from_pretrained(clip_dir)
+    tok.add_tokens(["<extra-a>", "<extra-b>"])
+    tok.add_special_tokens({"additional_special_tokens": ["<ctrl>"]})
+    rebuilt = roundtrip(tok)
+    assert behaviour(rebuilt) == behaviour(tok)
+    assert rebuilt.convert_tokens_to_ids(["<extra-a>", "<extra-b>", "<ctrl>"]) == \
+        tok.convert_tokens_to_ids(["<extra-a>", "<extra-b>", "<ctrl>"])
+
+
+@pytest.mark.parametrize("builder", ["llama", "bert", "minilm"])
+def test_other_tokenizers_rebuild_exactly(builder, tmp_path):
+    from transformers import AutoTokenizer
+
+    folder = tm.minilm_path() if builder == "minilm" else getattr(tm, f"build_{builder}")(tmp_path / builder)
+    tok = AutoTokenizer.from_pretrained(folder)
+    assert reduce_fast_tokenizer(tok) is not NotImplemented
+    assert behaviour(roundtrip(tok)) == behaviour(tok)
