@@ -1,0 +1,12 @@
+"""Overmind adapter for Hugging Face diffusers.
+
+After ``overmind.activate()``, pipelines (``DiffusionPipeline`` and the AutoPipeline classes), models
+(``ModelMixin`` and the subclasses that override ``from_pretrained``), both ``from_single_file`` mixins and
+schedulers load through ``overmind.load``. The components a pipeline loads inside its own ``from_pretrained``
+go through the patched class methods too, so a component shared by two pipelines is stored once, and a
+component passed in (``vae=vae``) is referenced by the pipeline's entry, not copied.
+
+The plugin is :mod:`overmind_diffusers.plugin`; Hub, remote-code and dispatch helpers are shared with
+``overmind-transformers``.
+"""
+__version__ = "0.1.0"
