@@ -52,8 +52,10 @@ class Harness:
             shutil.rmtree(path, ignore_errors=True)
 
     def _env(self, mode: str, runtime_dir: str | None, extra: dict | None) -> dict:
+        # The dev venv also holds the test suite's fixture adapters (tests/adapter_fixture); no user has them.
+        disabled = os.environ.get("OVERMIND_DISABLED_ADAPTERS", "fixture,fixture_broken")
         env = {**os.environ, "BENCH_MODE": mode, "BENCH_VIA": self.via, "HF_HUB_OFFLINE": "1",
-               "PYTHONUNBUFFERED": "1", **(extra or {})}
+               "PYTHONUNBUFFERED": "1", "OVERMIND_DISABLED_ADAPTERS": disabled, **(extra or {})}
         if runtime_dir:
             env["OVERMIND_RUNTIME_DIR"] = runtime_dir
         else:
@@ -183,7 +185,12 @@ def machine() -> dict:
         mem_kb = int(f.readline().split()[1])
     with open("/proc/cpuinfo") as f:
         cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), platform.processor())
-    return {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "nproc": os.cpu_count(), "cpu": cpu,
+    try:
+        commit = subprocess.run(["git", "-C", HERE, "describe", "--always", "--dirty"], capture_output=True,
+                                text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = "-"
+    return {"date": time.strftime("%Y-%m-%d %H:%M %Z"), "nproc": os.cpu_count(), "cpu": cpu, "commit": commit,
             "mem_gib": round(mem_kb / 2**20, 1), "python": platform.python_version(),
             "load_avg": os.getloadavg(),
             **{n: version(n) for n in ("torch", "diffusers", "transformers", "safetensors", "bitsandbytes",

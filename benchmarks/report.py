@@ -84,4 +84,5 @@ def machine_line(m: dict) -> str:
     return (f"Machine: {m['nproc']} cores ({m['cpu']}), {m['mem_gib']} GiB RAM, load average at start "
             f"{m['load_avg'][0]:.1f}; Python {m['python']}, torch {m['torch']}, diffusers {m['diffusers']}, "
             f"transformers {m['transformers']}, safetensors {m['safetensors']}, bitsandbytes {m['bitsandbytes']}, "
-            f"stable-fast {m['stable-fast']}, overmind-core {m['overmind-core']}. Date: {m['date']}.")
+            f"stable-fast {m['stable-fast']}, overmind-core {m['overmind-core']} (tree {m.get('commit', '-')}). "
+            f"Date: {m['date']}.")

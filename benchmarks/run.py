@@ -3,6 +3,7 @@
     python benchmarks/make_fixture.py --scale full          # once (the small scale for a quick try)
     python benchmarks/run.py blog-fp16 --scale full -n 5
     python benchmarks/run.py all --scale small -n 2         # every scenario, quickly
+    python benchmarks/run.py blog-fp16=5 memory-fp32=1 --scale full
 
 Scenarios (each process is fresh; plain and Overmind alternate, the order flipping every repetition):
 
@@ -84,7 +85,7 @@ def timed_modes(h: harness.Harness, script: str, argv: list[str], n: int, tag: s
 
 def _headline(sample: dict) -> str:
     t = sample.get("times", {})
-    main = t.get("load_and_touch", t.get("from_pretrained", t.get("load")))
+    main = next((t[k] for k in ("load_and_touch", "ready", "from_pretrained", "load") if k in t), None)
     return f"load {main:.3f} s, process {sample['process_s']:.2f} s" if main is not None else str(t)
 
 
@@ -219,9 +220,11 @@ def run_one(name: str, h, scale: str, n: int) -> tuple[str, dict]:
     if name == "bnb":
         return simple(h, "bnb_llama.py", [paths["llama-1b"]], n, name, "load",
                       [("times.load", "from_pretrained, 4-bit", "s")] + common)
-    if name == "sfast":
-        return simple(h, "sfast_pipeline.py", [paths["sd15-fp16"]], n, name, "ready",
-                      [("times.ready", "load + compile + warm-up", "s"), ("times.load", "load", "s"),
+    if name == "sfast":  # always the small pipeline: stable-fast on 2 CPU cores takes minutes at full size
+        return simple(h, "sfast_pipeline.py", [fixture("small")["sd15-fp32"]], n, name, "ready_and_first_call",
+                      [("times.ready_and_first_call", "ready + first call", "s"),
+                       ("times.ready", "ready: load + compile + warm-up", "s"),
+                       ("times.first_call", "first call after ready", "s"), ("times.load", "load", "s"),
                        ("times.compile", "compile", "s"), ("times.warmup", "warm-up call", "s")] + common)
     raise SystemExit(f"run.py: unknown scenario {name!r}")
 
@@ -232,7 +235,8 @@ ALL = ["blog-fp16", "blog-fp32", "first-use-fp16", "first-use-fp32", "memory-fp1
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("scenarios", nargs="+", help=f"any of {', '.join(ALL)}, or all")
+    ap.add_argument("scenarios", nargs="+", help=f"any of {', '.join(ALL)}, gpu, or all; NAME=N sets that "
+                                                "scenario's repetitions")
     ap.add_argument("--scale", choices=("small", "full"), default="small")
     ap.add_argument("-n", type=int, default=5, help="repetitions (default 5)")
     ap.add_argument("--via", choices=("activate", "load"), default="activate")
@@ -242,11 +246,13 @@ def main(argv=None) -> int:
     os.makedirs(RESULTS, exist_ok=True)
     h = harness.Harness(os.path.join(RESULTS, "logs", stamp), via=args.via)
     m = harness.machine()
-    for name in names:
-        command = f"python benchmarks/run.py {name} --scale {args.scale} -n {args.n}" + \
+    for spec in names:
+        name, _, reps = spec.partition("=")
+        n = int(reps) if reps else args.n
+        command = f"python benchmarks/run.py {name} --scale {args.scale} -n {n}" + \
                   (f" --via {args.via}" if args.via != "activate" else "")
         print(f"run.py: {command}", file=sys.stderr, flush=True)
-        text, groups = run_one(name, h, args.scale, args.n)
+        text, groups = run_one(name, h, args.scale, n)
         out = os.path.join(RESULTS, f"{name}-{args.scale}-{stamp}")
         with open(out + ".json", "w") as f:
             json.dump({"scenario": name, "command": command, "machine": m, "groups": groups}, f, indent=1)

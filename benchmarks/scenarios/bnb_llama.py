@@ -15,6 +15,9 @@ import child  # noqa: E402
 path = sys.argv[1]
 sw = child.Stopwatch()
 with sw("import"):
+    # bitsandbytes imported here, in both modes: otherwise plain pays its import inside from_pretrained and
+    # Overmind inside activate() (the adapter imports it), and the load times would not compare.
+    import bitsandbytes  # noqa: F401
     import torch
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 with sw("overmind_setup"):
