@@ -50,7 +50,9 @@ PRELUDE = COUNT_QUANTIZATION + textwrap.dedent('''
         return [sum(overmind_mapped(t.data_ptr()) for t in ts), len(ts)]
 
     def observe(model, ids, generate=True):
-        out = {"mapped": mapped(model), "types": sorted({type(p).__name__ for p in model.parameters()})}
+        params = [p for p in model.parameters() if p.device.type != "meta"]
+        out = {"mapped": mapped(model), "types": sorted({type(p).__name__ for p in model.parameters()}),
+               "all_mapped": [sum(overmind_mapped(p.data_ptr()) for p in params), len(params)]}
         if hasattr(model, "hf_quantizer"):  # transformers' refusals of a quantized model
             out["guards"] = [outcome(lambda: model.to(torch.float16)), outcome(lambda: model.cuda()),
                              outcome(lambda: model.half())]
@@ -62,16 +64,28 @@ PRELUDE = COUNT_QUANTIZATION + textwrap.dedent('''
         out["output"] = result.tolist()
         if generate:
             out["tokens"] = model.generate(ids, max_new_tokens=8, min_new_tokens=8).tolist()
+        out["hooked"] = sorted(n for n, m in model.named_modules() if "_hf_hook" in m.__dict__)
+        out["move"] = outcome(lambda: model.to("cpu"))  # last: a move may rebuild parameters
         return out
+
+    def activated(load):
+        """``load()`` with the adapters' loaders patched, as a user's code runs after ``overmind.activate()``."""
+        overmind.activate()
+        try:
+            return load()
+        finally:
+            overmind.deactivate()
 ''')
 
 
-def first_and_second(env: dict, load: str, ids, generate: bool = True, setup: str = "") -> tuple[dict, dict, dict]:
-    """Run ``load`` (an expression) in two fresh processes; the first also builds a fresh reference.
+def first_and_second(env: dict, load: str, ids, generate: bool = True, setup: str = "",
+                     plain: str | None = None) -> tuple[dict, dict, dict]:
+    """Run ``load`` (an expression) in two fresh processes; the first also builds a fresh reference with
+    ``plain`` (by default ``load`` with ``overmind.load(f, ...)`` replaced by ``f(...)``).
 
     Returns (reference observed in the first process, first process's cached result, second process's).
     """
-    plain = load.replace("overmind.load(", "(lambda f, *a, **k: f(*a, **k))(")
+    plain = plain or load.replace("overmind.load(", "(lambda f, *a, **k: f(*a, **k))(")
     first = run_fresh(PRELUDE + setup + textwrap.dedent(f'''
         reference = observe({plain}, {ids!r}, {generate})
         before = dict(QUANTIZE_CALLS)

@@ -9,13 +9,15 @@ leaves instance state on the model that pickle cannot carry:
 - on the root, ``to`` / ``cuda`` (or ``xpu``, ``npu``...) are wrapped by a function local to
   ``dispatch_model`` that warns, and raises when some weights are offloaded to ``meta``.
 
-The hook objects themselves (``_hf_hook``: ``AlignDevicesHook`` with its execution device, offload flags and
-``weights_map``) are plain data and stay in the pickle, so offloaded weights held in a CPU ``weights_map``
-are cached and shared too. :func:`stripped` removes the two local-function kinds for the duration of
-pickling and records, in a marker on the root module, where they were; :func:`reattach` rebuilds them on the
-unpickled copy: the forward wrappers through accelerate's own ``add_hook_to_module``, the move guards with
-:func:`move_guard`, which behaves as accelerate's does (same warning, same error). The loading process
-gets every original object back on exit.
+The hook objects (``_hf_hook``: ``AlignDevicesHook`` with its execution device, offload flags, ``weights_map``)
+are plain data. :func:`stripped` takes all three kinds off the modules for the duration of pickling and keeps
+the hooks, with where everything was, in a marker on the root module, so they are pickled with the model
+(offloaded weights held in a CPU ``weights_map`` are cached and shared too) while the modules themselves look
+undispatched (overmind-transformers refuses results whose modules carry ``_hf_hook``: it cannot rebuild them;
+this adapter can, for the quantized models it owns). :func:`reattach` rebuilds everything on the unpickled
+copy: the hooks go back, the forward wrappers are rebuilt by accelerate's own ``add_hook_to_module``, the
+move guards by :func:`move_guard`, which behaves as accelerate's does (same warning, same error). The loading
+process gets every original object back on exit.
 
 Transformers 5 adds no instance guards of its own: ``PreTrainedModel.to/cuda/half/float`` are class methods
 that read ``quantization_method`` / ``is_loaded_in_8bit`` / ``is_quantized``, which are pickled with the model,
@@ -61,7 +63,7 @@ def has_dispatch_state(module: Any) -> bool:
 def stripped(roots: list[Any]) -> Iterator[None]:
     """Remove accelerate's forward wrappers and move guards from ``roots`` (and submodules); restore on exit.
 
-    While inside, each root that had any carries ``MARKER = {"hooked": [names], "guards": [[name, attr]]}``.
+    While inside, each root that had any carries ``MARKER = {"hooked": [[name, hook]], "guards": [[name, attr]]}``.
     """
     taken: list[tuple[Any, dict[str, Any]]] = []  # (module, {attr: original object or _ABSENT})
     try:
@@ -70,8 +72,9 @@ def stripped(roots: list[Any]) -> Iterator[None]:
             for name, module in root.named_modules():
                 d, saved = module.__dict__, {}
                 if _is_hook_forward(module):
-                    saved["forward"], saved["_old_forward"] = d.pop("forward"), d.pop("_old_forward")
-                    record["hooked"].append(name)
+                    for attr in ("forward", "_old_forward", "_hf_hook"):
+                        saved[attr] = d.pop(attr)
+                    record["hooked"].append([name, saved["_hf_hook"]])
                 for attr in GUARDED_METHODS:
                     if _is_accelerate_guard(d.get(attr)):
                         saved[attr] = d.pop(attr)
@@ -99,12 +102,11 @@ def reattach(root: Any) -> bool:
     from accelerate.hooks import ModelHook, add_hook_to_module
 
     modules = dict(root.named_modules(remove_duplicate=False))
-    for name in record["hooked"]:
+    for name, hook in record["hooked"]:
         module = modules[name]
-        hook = module.__dict__["_hf_hook"]
         # accelerate builds its forward wrapper over module.forward (the class's now) and calls the hook's
         # init_hook; a bare ModelHook's init_hook does nothing, so the weights are not moved or copied. The
-        # wrapper reads module._hf_hook at call time, so the real hook goes back afterwards.
+        # wrapper reads module._hf_hook at call time, so the real hook can go in afterwards.
         add_hook_to_module(module, ModelHook())
         module._hf_hook = hook
     _rekey_tied_params(root)

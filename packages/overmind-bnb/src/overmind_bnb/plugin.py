@@ -40,7 +40,8 @@ def overmind_key_parts(loader: Any, arguments: dict[str, Any]) -> Any:
     return keys.key_parts(arguments)
 
 
-@hookimpl
+# tryfirst: entered before other adapters' context managers, so they see the model undispatched.
+@hookimpl(tryfirst=True)
 def overmind_prepare_result(result: Any, loader: Any) -> ContextManager | None:
     """Strip accelerate's dispatch hooks and move guards from a quantized result while it is pickled."""
     roots = [m for m in _modules_in(result) if _is_quantized(m) and dispatch.has_dispatch_state(m)]
