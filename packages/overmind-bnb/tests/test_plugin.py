@@ -24,3 +24,24 @@ def test_after_unpickle_runs_before_other_adapters():
     """``overmind_after_unpickle`` is firstresult: an adapter answering earlier would skip this one."""
     impls = plugins.get_manager().hook.overmind_after_unpickle.get_hookimpls()
     assert impls[-1].plugin_name == "bnb" and impls[-1].tryfirst  # pluggy calls the list's end first
+
+
+def test_reducers_asked_before_bitsandbytes_is_imported_still_apply():
+    """Overmind asks for reducers once per process, maybe before bitsandbytes is imported (a first, unrelated
+    load); bitsandbytes parameters pickled later must still keep their type."""
+    from overmind.testing import run_fresh
+
+    result = run_fresh('''
+        import sys, torch
+        from overmind import plugins
+        from overmind.testing import report
+        table = plugins.reducers()
+        assert "bitsandbytes" not in sys.modules, "asking for reducers must not import bitsandbytes"
+        assert torch.nn.Parameter in table
+        from bitsandbytes.nn import Linear4bit
+        from bnb_testlib import Roundtrip
+        layer = Linear4bit(64, 64, quant_type="nf4").to("cpu")
+        copy = Roundtrip(layer, plugins.reducers()).obj
+        report([type(copy.weight).__name__, copy.weight.module is copy, torch.equal(copy.weight, layer.weight)])
+    ''', env={"PYTHONPATH": str(__import__("pathlib").Path(__file__).parent)})
+    assert result == ["Params4bit", True, True]
