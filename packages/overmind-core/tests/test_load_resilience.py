@@ -169,3 +169,31 @@ def test_loader_exceptions_propagate_and_release_the_claim(overmind_runtime):
     res = client_mod.get_client().get(api.key.make_key(api.key.describe_loader(failing), {}).key,
                                       claim=True, wait=False)
     assert res.status == "claimed"  # nobody holds it any more
+
+
+class NotCacheableHere(Exception):
+    has_fix = True  # the message already says what to do
+
+
+def unpicklable_part():
+    return Unpicklable()
+
+
+def unpicklable_whole():
+    return {"part": overmind.load(unpicklable_part)}
+
+
+def test_a_nested_failure_warns_once_for_one_user_call(overmind_runtime):
+    whole, w = _quiet_load(unpicklable_whole)
+    assert isinstance(whole["part"], Unpicklable)
+    assert len(w) == 1 and "unpicklable_part" in str(w[0].message)
+
+
+def test_an_exception_that_names_its_fix_gets_no_generic_advice(overmind_runtime, monkeypatch):
+    def refuse(*_args, **_kwargs):
+        raise NotCacheableHere("load onto one device to cache it")
+
+    monkeypatch.setattr(api.pickling, "dumps", refuse)
+    m, w = _quiet_load(build, 10)
+    assert _plain_equal(m, 10)
+    assert len(w) == 1 and str(w[0].message).endswith("load onto one device to cache it); returned the plain result.")

@@ -163,3 +163,23 @@ def test_every_hook_is_documented_with_its_signature():
                                            "adapters.md")).read()
     for n in names:
         assert n in docs, f"{n} is missing from docs/adapters.md"
+
+
+def test_a_key_hook_can_leave_one_call_uncached(overmind_runtime, tmp_path):
+    from overmind.key import Unkeyable
+
+    class Plugin:
+        @overmind.hookimpl
+        def overmind_key_parts(self, loader, arguments):
+            if arguments.get("scale") == 3.0:
+                raise Unkeyable("scale 3 is never cached")
+
+    plugins.register_adapter("picky", Plugin())
+    path = tmp_path / "w.pt"
+    torch.save(torch.ones(2), path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m = overmind.load(lib.Model.from_pretrained, str(path), scale=3.0)
+    assert not overmind_mapped(m.weight.data_ptr())
+    m2 = overmind.load(lib.Model.from_pretrained, str(path), scale=2.0)
+    assert overmind_mapped(m2.weight.data_ptr())

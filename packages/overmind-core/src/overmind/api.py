@@ -33,6 +33,13 @@ def _loading_stack() -> list[str]:
     return stack
 
 
+def _warned_causes(outermost: bool) -> set:
+    """Exception types this thread's loads already warned about in the current outermost load."""
+    if outermost or getattr(_local, "causes", None) is None:
+        _local.causes = set()
+    return _local.causes
+
+
 def load(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
     """Return ``fn(*args, **kwargs)``, through the cache when possible. See :func:`overmind.load`."""
     if fallback.disabled():
@@ -88,6 +95,8 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
                             f"OVERMIND_WAIT_TIMEOUT to wait longer.")
         return fn(*args, **kwargs)
 
+    nested_causes = _warned_causes(outermost=not stack)
+    outer_causes = set(nested_causes)
     stack.append(ck.key)
     try:
         result = fn(*args, **kwargs)
@@ -96,16 +105,24 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         raise
     finally:
         stack.pop()
+    inner_causes = nested_causes - outer_causes
     try:
         return publish(client, loader, ck, result)
     except Exception as e:
         _release(client, ck.key)
+        if type(e) in inner_causes and not fallback.strict():
+            # A load nested in this one already warned about this cause: one user call, one warning.
+            log.debug("overmind: not caching %s either: %s", loader.name, e)
+            return result
+        nested_causes.add(type(e))
         fallback.step_aside(f"overmind: could not cache {loader.name} ({type(e).__name__}: {e}); returned the "
                             f"plain result.{_fix_for(e)}", e)
         return result
 
 
 def _fix_for(e: Exception) -> str:
+    if getattr(e, "has_fix", False):
+        return ""  # the exception's own message already says what to do
     if isinstance(e, ServerError) and e.reason == "budget":
         return " Raise OVERMIND_MAX_BYTES (then 'overmind stop') or free entries with 'overmind evict'."
     if isinstance(e, pickling.PicklingFailed):

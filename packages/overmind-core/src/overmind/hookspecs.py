@@ -99,5 +99,6 @@ def overmind_key_parts(loader: Any, arguments: dict[str, Any]) -> Sequence[Any] 
 
     ``arguments`` maps parameter names to values after binding to the loader's signature with defaults
     applied (``**kwargs`` flattened into it). Use it to add what the arguments do not show, for example the
-    resolved revision of a Hub snapshot, or to fold aliases (``torch_dtype=`` into ``dtype=``).
+    resolved revision of a Hub snapshot, or to fold aliases (``torch_dtype=`` into ``dtype=``). Raise
+    :class:`overmind.key.Unkeyable` to leave this one call uncached (the loader runs directly, debug log only).
     """

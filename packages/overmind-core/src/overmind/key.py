@@ -20,6 +20,7 @@ import functools
 import hashlib
 import inspect
 import os
+import re
 import sys
 import threading
 import types
@@ -290,8 +291,11 @@ def make_key(loader: Loader, arguments: dict[str, Any], extra_parts: list[Any] =
     return CacheKey(digest, summarize(loader, arguments))
 
 
+_SECRET = re.compile(r"token|password|passwd|secret|api_?key|credential", re.IGNORECASE)
+
+
 def summarize(loader: Loader, arguments: dict[str, Any], limit: int = 160) -> str:
     """A short human-readable line of the arguments, for ``overmind ls``."""
-    parts = [f"{name}={repr(value)[:60]}" for name, value in arguments.items()]
+    parts = [f"{name}={'***' if _SECRET.search(name) else repr(value)[:60]}" for name, value in arguments.items()]
     text = ", ".join(parts)
     return text if len(text) <= limit else text[:limit - 1] + "…"

@@ -23,6 +23,7 @@ import pluggy
 from . import hookspecs, patching
 from .errors import OvermindError
 from .fallback import OvermindWarning
+from .key import Unkeyable
 
 log = logging.getLogger("overmind")
 GROUP = "overmind.adapters"
@@ -176,6 +177,8 @@ def _call_each(hook_name: str, **kwargs) -> list[tuple[str, Any]]:
     for impl in reversed(getattr(pm.hook, hook_name).get_hookimpls()):
         try:
             out.append((impl.plugin_name, impl.function(**{a: kwargs[a] for a in impl.argnames})))
+        except Unkeyable:
+            raise  # an adapter's way to say "do not cache this call": load() then calls the loader directly
         except Exception as e:
             if os.environ.get("OVERMIND_STRICT") == "1":
                 raise

@@ -1,0 +1,46 @@
+"""Cache keys in one process: binding, aliases folded by hooks, secrets kept out of `ls`, paths."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from overmind import key
+
+
+def loader(path, token=None, revision="main", **kwargs):
+    return path
+
+
+def test_binding_applies_defaults_and_flattens_kwargs():
+    ld = key.describe_loader(loader)
+    a = key.bind_arguments(ld, ("x",), {"variant": "fp16"})
+    b = key.bind_arguments(ld, (), {"variant": "fp16", "path": "x", "revision": "main"})
+    assert a == b == {"path": "x", "token": None, "revision": "main", "variant": "fp16"}
+    assert key.make_key(ld, a).key == key.make_key(ld, b).key
+
+
+def test_secrets_are_not_shown_in_summaries():
+    ld = key.describe_loader(loader)
+    args = key.bind_arguments(ld, ("x",), {"token": "hf_secret123", "api_key": "k"})
+    summary = key.make_key(ld, args).summary
+    assert "hf_secret123" not in summary and "token=***" in summary and "api_key=***" in summary
+
+
+def test_paths_are_fingerprinted_and_change_with_the_files(tmp_path):
+    (tmp_path / "a.bin").write_bytes(b"1")
+    ld = key.describe_loader(loader)
+    k1 = key.make_key(ld, key.bind_arguments(ld, (str(tmp_path),), {})).key
+    (tmp_path / "b.bin").write_bytes(b"2")
+    k2 = key.make_key(ld, key.bind_arguments(ld, (str(tmp_path),), {})).key
+    os.utime(tmp_path / "a.bin", ns=(1, 1))
+    k3 = key.make_key(ld, key.bind_arguments(ld, (str(tmp_path),), {})).key
+    assert len({k1, k2, k3}) == 3
+
+
+def test_values_without_a_stable_key_are_refused():
+    with pytest.raises(key.Unkeyable, match="no stable key"):
+        key.canon(object())
+    assert key.canon(torch.float16) == ("torch", "torch.float16")
+    assert key.canon({"b": 1, "a": [1, 2]}) == key.canon({"a": [1, 2], "b": 1})
