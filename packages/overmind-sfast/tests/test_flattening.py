@@ -13,20 +13,9 @@ from sfast.utils import flat_tensors  # noqa: E402
 from transformers.modeling_outputs import BaseModelOutputWithPooling  # noqa: E402
 
 from overmind_sfast import flattening  # noqa: E402
+from sfast_modules import Encoder, LocalModel, Pair, PairModel  # noqa: E402
 from sfast_pipelines import cpu_config  # noqa: E402
 from sfast_roundtrip import roundtrip  # noqa: E402
-
-
-class Encoder(torch.nn.Module):
-    """Returns a dataclass, as a CLIP text encoder does."""
-
-    def __init__(self):
-        super().__init__()
-        self.proj = torch.nn.Linear(4, 4)
-
-    def forward(self, x):
-        h = self.proj(x)
-        return BaseModelOutputWithPooling(last_hidden_state=h, pooler_output=h.sum(1))
 
 
 def traced(module):
@@ -100,26 +89,6 @@ def test_class_paths():
     assert flattening.read_tag(tag) == "transformers.modeling_outputs:BaseModelOutputWithPooling"
     assert flattening.read_tag(torch.tensor([0.0])) is None
     assert flattening.read_tag(torch.zeros(len(flattening.MAGIC) + 5)) is None
-
-
-@dataclass
-class Pair:
-    a: torch.Tensor
-    b: torch.Tensor
-
-
-class PairModel(torch.nn.Module):
-    def forward(self, x):
-        return Pair(a=x + 1, b=x * 2)
-
-
-class LocalModel(torch.nn.Module):
-    def forward(self, x):
-        @dataclass
-        class Hidden:
-            a: torch.Tensor
-
-        return Hidden(a=x + 1)
 
 
 def test_a_module_level_dataclass_of_the_user_survives(sfast_patched, table):

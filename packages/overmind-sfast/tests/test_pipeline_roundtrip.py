@@ -16,7 +16,7 @@ from sfast.jit.trace_helper import TracedPosArgOnlyModuleWrapper, lazy_trace  # 
 from sfast.libs.diffusers import image_processor as sfast_image_processor  # noqa: E402
 
 import sfast_pipelines as sp  # noqa: E402
-from overmind_sfast import closures, plugin  # noqa: E402
+from overmind_sfast import closures, plugin, sharing  # noqa: E402
 from sfast_roundtrip import roundtrip  # noqa: E402
 
 
@@ -116,3 +116,35 @@ def test_cuda_graph_wrappers_are_rebuilt_empty(table):
     assert clone.forward._cached == {}
     inner = dict(zip(clone.forward.__code__.co_freevars, (c.cell_contents for c in clone.forward.__closure__)))
     assert inner["func"].__self__ is clone and inner["func"].__func__ is torch.nn.Linear.forward
+
+
+def test_traced_and_eager_modules_share_one_copy_of_the_weights(rebuilt):
+    (helper,) = rebuilt.unet.forward._cached.values()
+    eager = {p.untyped_storage().data_ptr() for p in rebuilt.unet.parameters()}
+    traced = [t for _, t in sharing.tensor_attributes(helper.module._c)]
+    assert traced and all(t.untyped_storage().data_ptr() in eager for t in traced)
+
+
+def _tensor_record_bytes(fn_args) -> int:
+    """Bytes of the tensor records in a TorchScript archive reduction ``(fn, (storage, ...))``."""
+    import io
+    import zipfile
+
+    storage = fn_args[1][0]
+    data = torch.empty(0, dtype=torch.uint8).set_(storage).numpy().tobytes()
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        return sum(i.file_size for i in archive.infolist() if i.filename.endswith(".storage"))
+
+
+def test_archives_leave_the_weights_out(compiled):
+    from overmind import torchscript
+
+    (helper,) = compiled[0].unet.forward._cached.values()
+    weights = sum(t.untyped_storage().nbytes() for _, t in sharing.tensor_attributes(helper.module._c))
+    whole = torchscript.reducers()[torch.jit.ScriptModule](helper.module)
+    fn, args, left_out = sharing.split(helper.module)
+    assert _tensor_record_bytes(whole) >= weights  # as the core alone would store it: a second copy
+    assert _tensor_record_bytes((fn, args)) < 1024  # only the graph's small constants remain
+    assert sum(t.untyped_storage().nbytes() for _, t in left_out) == weights
+    # and the module that was split still has its weights
+    assert all(t.numel() for _, t in sharing.tensor_attributes(helper.module._c))

@@ -4,7 +4,8 @@ The traced modules themselves are TorchScript and go through the core's TorchScr
 (``overmind.torchscript``). This table adds everything stable-fast wraps around them (see
 :mod:`overmind_sfast.closures`) and ``TracedPosArgOnlyModuleWrapper``, the call helper around each traced
 module: it is checked when pickled, so that a module that cannot come back fails now, in the process
-that built it, with a message saying why; and rebuilt with its dataclass class tags restored
+that built it, with a message saying why; stored as an archive plus weights stored once with the eager
+modules' (:mod:`overmind_sfast.sharing`); and rebuilt with its dataclass class tags restored
 (:func:`overmind_sfast.flattening.restore_class_tags`).
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pickle
 import types
 from typing import Any, Callable
 
-from . import clear_hooks, closures, flattening
+from . import clear_hooks, closures, flattening, sharing
 
 __all__ = ["reducers", "reduce_traced_wrapper", "rebuild_traced_wrapper"]
 
@@ -24,29 +25,35 @@ def _cannot_save(why: str) -> pickle.PicklingError:
     return pickle.PicklingError(f"overmind-sfast: cannot cache a module traced by stable-fast {sfast.__version__}: {why}")
 
 
-def reduce_traced_wrapper(wrapper: Any) -> tuple:
-    """``TracedPosArgOnlyModuleWrapper`` -> ``(rebuild_traced_wrapper, (traced module, training))``."""
+def reduce_traced_wrapper(wrapper: Any) -> Any:
+    """``TracedPosArgOnlyModuleWrapper`` -> ``(rebuild_traced_wrapper, (archive rebuild, its arguments,
+    weights, training))``: the traced module as a TorchScript archive without its weights, the weights as
+    tensors (stored once with the eager module's, see :mod:`overmind_sfast.sharing`)."""
     module = wrapper.module
-    if isinstance(module, _script_module_type()):
-        if clear_hooks.carries_hook_attribute(module):
+    if not isinstance(module, _script_module_type()):
+        return NotImplemented  # not traced (yet): an ordinary nn.Module
+    if clear_hooks.carries_hook_attribute(module):
+        raise _cannot_save(
+            f"it carries stable-fast's PyObject clean-up attribute ({clear_hooks.ATTRIBUTE}), which TorchScript "
+            f"cannot save, because it was traced while overmind-sfast was not active. Call overmind.activate() "
+            f"before compiling the pipeline (at the top of the script that calls overmind.load(build, ...)).")
+    for _, path in flattening.tagged_constants(module):
+        if path.startswith("?"):
             raise _cannot_save(
-                f"it carries stable-fast's PyObject clean-up attribute ({clear_hooks.ATTRIBUTE}), which TorchScript "
-                f"cannot save, because it was traced while overmind-sfast was not active. Call overmind.activate() "
-                f"before compiling the pipeline (at the top of the script that calls overmind.load(build, ...)).")
-        for _, path in flattening.tagged_constants(module):
-            if path.startswith("?"):
-                raise _cannot_save(
-                    f"it returns a dataclass of class {path[1:]!r}, defined inside a function, which another "
-                    f"process cannot import. Define the class at module level.")
-    return rebuild_traced_wrapper, (module, wrapper.training)
+                f"it returns a dataclass of class {path[1:]!r}, defined inside a function, which another "
+                f"process cannot import. Define the class at module level.")
+    fn, args, weights = sharing.split(module)
+    return rebuild_traced_wrapper, (fn, args, weights, wrapper.training)
 
 
-def rebuild_traced_wrapper(module: Any, training: bool) -> Any:
-    """stable-fast's call helper around ``module``, its class-tag constants pointing at live classes."""
+def rebuild_traced_wrapper(fn: Callable[..., Any], args: tuple, weights: list, training: bool) -> Any:
+    """stable-fast's call helper around the module ``fn(*args)`` rebuilds, with its weights set back and
+    its dataclass class tags pointing at live classes."""
     from sfast.jit.trace_helper import TracedPosArgOnlyModuleWrapper
 
-    if isinstance(module, _script_module_type()):
-        flattening.restore_class_tags(module)
+    module = fn(*args)
+    sharing.put_back(module, weights)
+    flattening.restore_class_tags(module)
     return TracedPosArgOnlyModuleWrapper(module, training=training)
 
 
