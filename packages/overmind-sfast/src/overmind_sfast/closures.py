@@ -40,8 +40,12 @@ def _nested_code(outer: Callable, name: str) -> types.CodeType:
     for const in outer.__code__.co_consts:
         if isinstance(const, types.CodeType) and const.co_name == name:
             return const
-    raise LookupError(f"overmind-sfast: {outer.__module__}.{outer.__qualname__} defines no function {name!r}; "
-                      f"this stable-fast version is not supported (declared: stable-fast>=1.0.5).")
+    import sfast
+
+    raise LookupError(f"overmind-sfast: {outer.__module__}.{outer.__qualname__} defines no function {name!r} in "
+                      f"stable-fast {sfast.__version__}, so its compiled pipelines cannot be cached; overmind-sfast "
+                      f"0.1.0 was written for stable-fast 1.0.5. Install that version, or skip the adapter with "
+                      f"OVERMIND_DISABLED_ADAPTERS=sfast.")
 
 
 def _cells(fn: types.FunctionType) -> dict[str, Any]:
@@ -195,6 +199,8 @@ def module_static_function(module: str, name: str) -> Callable:
 def closure_kinds() -> dict[types.CodeType, Callable[[Any], tuple]]:
     """``{code object: reducer}`` for every stable-fast closure this module knows (computed once)."""
     global _kinds
+    if _kinds is not None:  # the pickler asks for every function it meets: no lock once computed
+        return _kinds
     with _kinds_lock:
         if _kinds is None:
             from sfast.hooks.module_jit_hook import ModuleJITHook
