@@ -130,6 +130,13 @@ class _RecordedSourceFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec):
         return None  # the default module object
 
+    def get_source(self, fullname):
+        """The recorded source: tracebacks and ``inspect.getsource`` work even where the file is gone."""
+        return self.records[fullname].get("source") or ""
+
+    def is_package(self, fullname):
+        return bool(self.records[fullname]["package"])
+
     def exec_module(self, module) -> None:
         rec = self.records[module.__name__]
         code = compile(rec.get("source") or "", rec.get("file") or f"<overmind:{module.__name__}>", "exec")
