@@ -183,3 +183,28 @@ def test_a_key_hook_can_leave_one_call_uncached(overmind_runtime, tmp_path):
     assert not overmind_mapped(m.weight.data_ptr())
     m2 = overmind.load(lib.Model.from_pretrained, str(path), scale=2.0)
     assert overmind_mapped(m2.weight.data_ptr())
+
+
+def make_mapping(**items):
+    return dict(items)
+
+
+def test_after_unpickle_gives_every_adapter_its_turn(overmind_runtime, monkeypatch):
+    monkeypatch.setenv("OVERMIND_STRICT", "1")
+    seen = []
+
+    class Tagger:
+        def __init__(self, tag):
+            self.tag = tag
+
+        @overmind.hookimpl
+        def overmind_after_unpickle(self, result, metadata):
+            seen.append((self.tag, dict(result)))
+            return {**result, self.tag: True}
+
+    plugins.register_adapter("first", Tagger("a"))
+    plugins.register_adapter("second", Tagger("b"))
+    out = overmind.load(make_mapping, x=1)
+    assert out == {"x": 1, "a": True, "b": True}
+    assert [t for t, _ in seen] == ["b", "a"]  # last registered runs first, as in pluggy
+    assert seen[1][1] == {"x": 1, "b": True}   # the second adapter saw the first one's replacement

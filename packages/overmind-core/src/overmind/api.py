@@ -190,9 +190,7 @@ def rebuild(res, cache_key: str) -> Any:
         return (own if where is None else maps[where]).storage(offset, nbytes)
 
     obj = pickling.loads(own.skeleton(), storage_source, meta.get("pickler", "pickle"))
-    replaced = plugins.first_result("overmind_after_unpickle", result=obj, metadata=adapters_meta)
-    if replaced is not None:
-        obj = replaced
+    obj = plugins.chain("overmind_after_unpickle", "result", obj, metadata=adapters_meta)
     key.remember_origin(obj, cache_key, _is_pristine)
     return obj
 

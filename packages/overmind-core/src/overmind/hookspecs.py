@@ -75,11 +75,12 @@ def overmind_before_unpickle(metadata: Mapping[str, Any]) -> None:
     """
 
 
-@hookspec(firstresult=True)
+@hookspec
 def overmind_after_unpickle(result: Any, metadata: Mapping[str, Any]) -> Any:
     """Finish an object rebuilt from the cache (for example re-attach device guards).
 
-    Return a replacement object, or ``None`` to keep ``result`` (the first non-``None`` answer wins).
+    Every adapter gets its turn, in hook order: each one receives the object as the previous one left it
+    and returns a replacement, or ``None`` to keep it.
     """
 
 

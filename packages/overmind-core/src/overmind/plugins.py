@@ -170,22 +170,38 @@ def reducers() -> Mapping[type, Callable]:
     return table
 
 
+def _impls(hook_name: str) -> list:
+    # pluggy calls the last registered implementation first; keep that order (tryfirst/trylast honoured)
+    return list(reversed(getattr(get_manager().hook, hook_name).get_hookimpls()))
+
+
+def _call_one(impl, hook_name: str, kwargs: dict) -> Any:
+    """Call one adapter's hook; a failure is named and skipped (raised under OVERMIND_STRICT=1)."""
+    try:
+        return impl.function(**{a: kwargs[a] for a in impl.argnames})
+    except Unkeyable:
+        raise  # an adapter's way to say "do not cache this call": load() then calls the loader directly
+    except Exception as e:
+        if os.environ.get("OVERMIND_STRICT") == "1":
+            raise
+        warnings.warn(OvermindWarning(
+            f"overmind: adapter {impl.plugin_name} failed in {hook_name}: {type(e).__name__}: {e}; "
+            f"continuing without it. Skip it with OVERMIND_DISABLED_ADAPTERS={impl.plugin_name}."), stacklevel=4)
+        return None
+
+
 def _call_each(hook_name: str, **kwargs) -> list[tuple[str, Any]]:
     """Call a hook on each adapter separately, so a failing adapter is named and skipped, not fatal."""
-    pm = get_manager()
-    out = []
-    for impl in reversed(getattr(pm.hook, hook_name).get_hookimpls()):
-        try:
-            out.append((impl.plugin_name, impl.function(**{a: kwargs[a] for a in impl.argnames})))
-        except Unkeyable:
-            raise  # an adapter's way to say "do not cache this call": load() then calls the loader directly
-        except Exception as e:
-            if os.environ.get("OVERMIND_STRICT") == "1":
-                raise
-            warnings.warn(OvermindWarning(
-                f"overmind: adapter {impl.plugin_name} failed in {hook_name}: {type(e).__name__}: {e}; "
-                f"continuing without it. Skip it with OVERMIND_DISABLED_ADAPTERS={impl.plugin_name}."), stacklevel=3)
-    return out
+    return [(impl.plugin_name, _call_one(impl, hook_name, kwargs)) for impl in _impls(hook_name)]
+
+
+def chain(hook_name: str, arg: str, value: Any, **kwargs) -> Any:
+    """Pass ``value`` (as argument ``arg``) through each adapter's hook in turn; ``None`` keeps it."""
+    for impl in _impls(hook_name):
+        result = _call_one(impl, hook_name, {**kwargs, arg: value})
+        if result is not None:
+            value = result
+    return value
 
 
 def call_hook(hook_name: str, **kwargs) -> list[Any]:
@@ -193,7 +209,8 @@ def call_hook(hook_name: str, **kwargs) -> list[Any]:
 
 
 def first_result(hook_name: str, **kwargs) -> Any:
-    for _, r in _call_each(hook_name, **kwargs):
+    for impl in _impls(hook_name):
+        r = _call_one(impl, hook_name, kwargs)
         if r is not None:
             return r
     return None
