@@ -68,3 +68,19 @@ def test_unpicklable_pipeline_warns_and_returns_the_plain_load(active, tmp_path)
     assert isinstance(pipe, StreamingPipeline) and next(pipe.stream) == 0
     out = pipe(tm.SD_PROMPT, num_inference_steps=1, output_type="pt", generator=torch.Generator().manual_seed(0))
     assert out.images.shape == (1, 3, tm.SD_SIZE, tm.SD_SIZE)
+
+
+def test_single_file_given_a_state_dict_runs_uncached_without_warning(active, tmp_path):
+    """What a pipeline's from_single_file passes to each component: keyed, it would hash every tensor."""
+    from diffusers import AutoencoderKL
+    from overmind.client import get_client
+
+    folder = tm.build_sd_pipeline(tmp_path / "sd")
+    state_dict = AutoencoderKL.from_pretrained(folder, subfolder="vae").state_dict()
+    entries_before = len(get_client().ls())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        vae = AutoencoderKL.from_single_file(state_dict, config=str(folder), subfolder="vae")
+    assert [w for w in caught if issubclass(w.category, OvermindWarning)] == []
+    assert len(get_client().ls()) == entries_before
+    assert tm.state_digest(vae) == tm.state_digest(AutoencoderKL.from_pretrained(folder, subfolder="vae"))

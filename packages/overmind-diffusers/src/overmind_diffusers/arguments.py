@@ -14,16 +14,15 @@ from __future__ import annotations
 from typing import Any
 
 from overmind_transformers import arguments as common
-from overmind_transformers.support import mark_uncacheable
+from overmind_transformers.support import uncacheable
 
 SINGLE_FILE_DICT = "pretrained_model_link_or_path_or_dict"
 
 
 def normalise(arguments: dict[str, Any]) -> list[tuple]:
-    """Normalise ``arguments`` in place; return the extra key parts."""
+    """Normalise ``arguments`` in place; return the extra key parts. Raises ``Unkeyable`` for a state dict."""
     if isinstance(arguments.get(SINGLE_FILE_DICT), dict):
-        mark_uncacheable(arguments, "from_single_file was given a state dict, not a file")
-        return []
+        raise uncacheable("from_single_file was given a state dict, not a file")
     common.fold_dtype(arguments)
     parts = common.hub_parts(arguments)
     common.drop_fetch_only(arguments)

@@ -14,8 +14,9 @@ import importlib
 from typing import Any
 
 import overmind
+from overmind.key import Unkeyable
 from overmind_transformers import dispatch, dynamic_modules, hub
-from overmind_transformers.support import label, mark_uncacheable, warn
+from overmind_transformers.support import label, uncacheable, warn
 from overmind_transformers.targets import Spec, collect, resolve
 
 from . import arguments as call_arguments
@@ -73,11 +74,12 @@ def overmind_key_parts(loader, arguments):
         return None
     try:
         return call_arguments.normalise(arguments)
+    except Unkeyable:
+        raise
     except Exception as e:  # never guess a key: an adapter that cannot read the call leaves it uncached
         warn(f"overmind: {label(ADAPTER)} could not read the arguments of {loader.name} ({type(e).__name__}: {e}); "
              f"loaded without the cache. Please report this with your diffusers version.")
-        mark_uncacheable(arguments, f"{ADAPTER} adapter failed: {e}")
-        return None
+        raise uncacheable(f"{ADAPTER} adapter could not read the arguments: {e}") from e
 
 
 

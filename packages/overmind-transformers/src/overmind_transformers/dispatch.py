@@ -19,6 +19,8 @@ from .support import label
 class NotCacheable(RuntimeError):
     """The loaded object cannot be cached; the message says why and what to do."""
 
+    has_fix = True  # the core adds no generic advice after this message
+
 
 def modules_of(result: Any) -> Iterator[Any]:
     """Every ``torch.nn.Module`` reachable as ``result`` itself or as a pipeline component (one level)."""

@@ -13,10 +13,11 @@ import functools
 from typing import Any
 
 import overmind
+from overmind.key import Unkeyable
 
 from . import arguments as args
 from . import dispatch, dynamic_modules, hub, tokenizer_reduce, values
-from .support import label, mark_uncacheable, version_of, warn
+from .support import label, uncacheable, version_of, warn
 from .targets import Spec, collect
 
 ADAPTER = "transformers"
@@ -92,11 +93,12 @@ def overmind_key_parts(loader, arguments):
         parts = args.hub_parts(arguments)
         args.drop_fetch_only(arguments)
         return parts
+    except Unkeyable:
+        raise
     except Exception as e:  # never guess a key: an adapter that cannot read the call leaves it uncached
         warn(f"overmind: {label(ADAPTER)} could not read the arguments of {loader.name} ({type(e).__name__}: {e}); "
              f"loaded without the cache. Please report this with your transformers version.")
-        mark_uncacheable(arguments, f"{ADAPTER} adapter failed: {e}")
-        return None
+        raise uncacheable(f"{ADAPTER} adapter could not read the arguments: {e}") from e
 
 
 @overmind.hookimpl

@@ -1,4 +1,4 @@
-"""How this adapter names itself in warnings, and the marker that makes one call uncacheable.
+"""How this adapter names itself in warnings, and how a key hook leaves one call uncached.
 
 Every warning names the adapter, its version, the library and the library's version, so a report of
 ``overmind: adapter transformers (overmind-transformers 0.1.0, transformers 5.24.0) cannot patch ...`` says
@@ -36,22 +36,9 @@ def warn(message: str, stacklevel: int = 3) -> None:
     fallback.step_aside(message, stacklevel=stacklevel + 1)
 
 
-class Uncacheable:
-    """An argument stand-in that no cache key can be made of: the core then calls the loader directly.
+def uncacheable(reason: str) -> Exception:
+    """The exception an ``overmind_key_parts`` hook raises to leave one call uncached (the loader runs directly,
+    debug log only): ``raise uncacheable("a state dict, not a file")``."""
+    from overmind.key import Unkeyable
 
-    Put into ``arguments`` by ``overmind_key_parts`` when a call must not be cached (its input cannot be
-    identified cheaply, or the adapter failed to understand it). ``reason`` shows in the core's debug log.
-    """
-
-    __slots__ = ("reason",)
-
-    def __init__(self, reason: str):
-        self.reason = reason
-
-    def __repr__(self) -> str:
-        return f"<uncacheable: {self.reason}>"
-
-
-def mark_uncacheable(arguments: dict, reason: str) -> None:
-    """Make the load with ``arguments`` run without the cache (see :class:`Uncacheable`)."""
-    arguments["__overmind_uncacheable__"] = Uncacheable(reason)
+    return Unkeyable(reason)
