@@ -30,7 +30,7 @@ class Check:
 def run_checks(runtime_dir: str | None = None, *, brief: bool = False) -> int:
     """Run every check and print the results; returns 1 if any failed, else 0."""
     checks = [check_memfd(), check_runtime_dir(runtime_dir), check_budget(), check_server(runtime_dir),
-              check_zerocopy()]
+              check_zerocopy(), *check_adapters()]
     width = max(len(c.name) for c in checks)
     for c in checks:
         if brief:
@@ -143,3 +143,23 @@ def check_zerocopy() -> Check:
                      "compiled extension overmind._C")
     return Check(name, WARN, f"{active} implementation: {reason}",
                  "rebuild the extension with scripts/setup for faster warm loads (the cache works without it)")
+
+
+def check_adapters() -> list[Check]:
+    """One line per installed adapter: loaded, or why it is skipped, disabled or failed."""
+    try:
+        from . import plugins
+
+        states = plugins.adapters()
+    except Exception as exc:  # noqa: BLE001 - report, don't crash
+        return [Check("adapters", WARN, f"cannot list adapters ({type(exc).__name__}: {exc})")]
+    checks = []
+    for name, st in sorted(states.items()):
+        label = f"adapter {name}"
+        if st.status == "loaded":
+            checks.append(Check(label, OK, f"{st.dist or 'registered directly'}: loaded"))
+        elif st.status == "failed":
+            checks.append(Check(label, WARN, st.reason, f"reinstall {st.dist} or set OVERMIND_DISABLED_ADAPTERS={name}"))
+        else:
+            checks.append(Check(label, OK, f"{st.dist}: {st.status} ({st.reason})"))
+    return checks or [Check("adapters", OK, "none installed")]

@@ -39,7 +39,9 @@ def overmind_reducers() -> Mapping[type, Callable[[Any], tuple]]:
     """Return ``{type: reducer}`` for objects the default pickling cannot handle or handles slowly.
 
     A reducer takes the object and returns a ``__reduce__``-style tuple ``(callable, args[, state, ...])``.
-    It applies to instances of the type and of its subclasses (the most specific registered type wins).
+    It applies to instances of the type and of its subclasses: the most specific registered type is tried
+    first, and a reducer may return ``NotImplemented`` to pass the object on (to another adapter's reducer
+    for the same or a base type, then to the default pickling).
     Tensors and storages inside ``args`` are stored out of band, zero-copy, as everywhere else. Example::
 
         @overmind.hookimpl

@@ -81,19 +81,27 @@ class _StorageTable:
 
 
 class _Reducers:
-    """Adapter reducers, looked up along the MRO so a reducer for a base class covers subclasses."""
+    """Adapter reducers, looked up along the MRO so a reducer for a base class covers subclasses.
 
-    def __init__(self, table: Mapping[type, Callable]):
-        self.table = dict(table)
-        self.cache: dict[type, Any] = {}
+    A type may have several reducers (two adapters, or one adapter's reducer for a base class and another's
+    for a subclass): the most specific are tried first, and a reducer that answers ``NotImplemented``
+    passes the object on to the next one, then to the default pickling.
+    """
+
+    def __init__(self, table: Mapping[type, Any]):
+        self.table = {t: tuple(r) if isinstance(r, (list, tuple)) else (r,) for t, r in dict(table).items()}
+        self.cache: dict[type, tuple] = {}
 
     def reduce(self, obj: Any):
         t = type(obj)
-        r = self.cache.get(t, _MISSING)
-        if r is _MISSING:
-            r = next((self.table[b] for b in t.__mro__ if b in self.table), None) if self.table else None
-            self.cache[t] = r
-        return NotImplemented if r is None else r(obj)
+        chain = self.cache.get(t)
+        if chain is None:
+            chain = self.cache[t] = tuple(r for b in t.__mro__ for r in self.table.get(b, ()))
+        for r in chain:
+            out = r(obj)
+            if out is not NotImplemented:
+                return out
+        return NotImplemented
 
 
 def _pickler_class(base: type) -> type:
@@ -117,10 +125,11 @@ _CPickler = _pickler_class(pickle.Pickler)
 _DillPickler = _pickler_class(dill.Pickler)
 
 
-def dumps(obj: Any, reducers: Mapping[type, Callable] = (), reference_mapped: bool = True) -> Pickled:
+def dumps(obj: Any, reducers: Mapping[type, Any] = (), reference_mapped: bool = True) -> Pickled:
     """Pickle ``obj`` with its storages out of band.
 
-    ``reducers`` maps types to ``__reduce__``-style functions (adapters' ``overmind_reducers``).
+    ``reducers`` maps types to a ``__reduce__``-style function, or a list of them tried in turn
+    (adapters' ``overmind_reducers``, merged by ``plugins.reducers()``).
     ``reference_mapped=False`` copies every storage even if it already lives in an entry mapping.
     """
     reducer_table = _Reducers(dict(reducers))

@@ -151,21 +151,24 @@ def _invalidate() -> None:
     _reducers = None
 
 
-def reducers() -> Mapping[type, Callable]:
-    """Core reducers (TorchScript) merged with every adapter's ``overmind_reducers``."""
+def reducers() -> Mapping[type, list[Callable]]:
+    """Every adapter's ``overmind_reducers`` and the core's (TorchScript), as ``{type: [reducer, ...]}``:
+    where two claim one type, both are kept and tried in hook order (see ``pickling._Reducers``)."""
     global _reducers
     table = _reducers
     if table is not None:
         return table
-    table = {}
+    parts = [part for _, part in _call_each("overmind_reducers")]
     try:
         from . import torchscript
 
-        table.update(torchscript.reducers())
+        parts.append(torchscript.reducers())
     except ImportError:
         pass
-    for name, part in _call_each("overmind_reducers"):
-        table.update(part or {})
+    table = {}
+    for part in parts:
+        for t, r in (part or {}).items():
+            table.setdefault(t, []).append(r)
     _reducers = table
     return table
 
