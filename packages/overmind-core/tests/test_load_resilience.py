@@ -197,3 +197,15 @@ def test_an_exception_that_names_its_fix_gets_no_generic_advice(overmind_runtime
     m, w = _quiet_load(build, 10)
     assert _plain_equal(m, 10)
     assert len(w) == 1 and str(w[0].message).endswith("load onto one device to cache it); returned the plain result.")
+
+
+def test_an_inconsistent_entry_gives_the_plain_result(overmind_runtime, sealed_memfd):
+    """A payload that does not rebuild (foreign bytes under the right key) is bypassed with one warning."""
+    ck = api.key.make_key(api.key.describe_loader(build), {"n": 20})
+    client = client_mod.get_client()
+    assert client.get(ck.key, claim=True, wait=False).status == "claimed"
+    client.publish(ck.key, sealed_memfd(b"not an overmind entry" * 300), deps=[], meta={"loader": "x"})
+    calls.clear()
+    m, w = _quiet_load(build, 20)
+    assert _plain_equal(m, 20) and calls == [20]
+    assert len(w) == 1 and "cannot rebuild entry" in str(w[0].message) and "overmind evict" in str(w[0].message)
