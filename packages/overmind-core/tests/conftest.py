@@ -1,4 +1,6 @@
-"""Shared fixtures for overmind-core tests: a private runtime directory (and its server), sealed memfds.
+"""Shared fixtures for overmind-core tests: a private runtime directory (and its server), sealed memfds, and
+the zero-copy implementation switch (``impl``: every test that takes it runs on ``overmind._C`` and on the
+pure-Python twin; the compiled run is skipped only when the extension does not import here).
 
 ``runtime_dir`` gives each test its own short directory under /tmp (Unix socket paths are limited to 108
 bytes), exported as ``OVERMIND_RUNTIME_DIR`` so every client and server the test starts uses it. At
@@ -30,23 +32,59 @@ def runtime_dir(monkeypatch):
 
 @pytest.fixture
 def sealed_memfd():
-    """Factory: ``sealed_memfd(data, seal=True) -> fd`` of a memfd holding ``data``; closed at teardown."""
-    fds: list[int] = []
+    """Factory: ``sealed_memfd(data, seal=True) -> fd`` of a memfd holding ``data``, sealed (by default
+    against writes and resizing) as the cache writer leaves entries; closed at teardown unless the test
+    closed it first."""
+    made: list[tuple[int, tuple[int, int]]] = []
 
     def make(data: bytes, seal: bool = True, seals: int = SEALS) -> int:
         fd = os.memfd_create("overmind-test", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
-        fds.append(fd)
+        st = os.fstat(fd)
+        made.append((fd, (st.st_dev, st.st_ino)))
         os.write(fd, data)
         if seal:
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+            assert fcntl.fcntl(fd, fcntl.F_GET_SEALS) & seals == seals
         return fd
 
     yield make
-    for fd in fds:
+    for fd, identity in made:
+        # A test may close its memfd early; the number may since name another file, which is not ours to close.
         try:
-            os.close(fd)
+            st = os.fstat(fd)
         except OSError:
-            pass
+            continue
+        if (st.st_dev, st.st_ino) == identity:
+            os.close(fd)
+
+
+def _extension_problem() -> str | None:
+    try:
+        import overmind._C  # noqa: F401
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+@pytest.fixture
+def extension_problem() -> str | None:
+    """Why ``overmind._C`` does not import here (``"ImportError: ..."``), or None when it does."""
+    return _extension_problem()
+
+
+@pytest.fixture(params=["c", "python"])
+def impl(request, monkeypatch):
+    """Select one implementation through OVERMIND_ZEROCOPY, as a user would; restore the default after."""
+    from overmind import zerocopy
+
+    problem = _extension_problem() if request.param == "c" else None
+    if problem:
+        pytest.skip(f"overmind._C does not import here ({problem})")
+    monkeypatch.setenv(zerocopy.ENV, request.param)
+    assert zerocopy._select() == request.param
+    yield request.param
+    monkeypatch.undo()
+    zerocopy._select()
 
 
 def _stop_servers(path: str) -> None:

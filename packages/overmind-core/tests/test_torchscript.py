@@ -1,5 +1,6 @@
 """TorchScript modules through overmind.torchscript's reducer and a sealed copy-on-write memfd, on both
-zero-copy implementations (compiled ``overmind._C`` and the pure-Python twin).
+zero-copy implementations (compiled ``overmind._C`` and the pure-Python twin: the ``impl`` fixture, in
+conftest.py).
 
 The path under test is the cache's: reduce -> archive storage -> bytes into a sealed memfd -> map it
 ACCESS_COPY -> ``storage_from_buffer`` -> ``rebuild_script_module``.
@@ -29,27 +30,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.*is deprecated:Deprec
 
 SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK
 DATA_OFFSET = 4096  # where the cache's entry layout puts storages: page aligned, after header and skeleton
-
-
-def _extension_problem() -> str | None:
-    try:
-        import overmind._C  # noqa: F401
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return None
-
-
-@pytest.fixture(params=["c", "python"])
-def impl(request, monkeypatch):
-    """Select one implementation through OVERMIND_ZEROCOPY; restore the default after."""
-    problem = _extension_problem() if request.param == "c" else None
-    if problem:
-        pytest.skip(f"overmind._C does not import here ({problem})")
-    monkeypatch.setenv(zerocopy.ENV, request.param)
-    assert zerocopy._select() == request.param
-    yield request.param
-    monkeypatch.undo()
-    zerocopy._select()
 
 
 # --- models ---------------------------------------------------------------------------------------------

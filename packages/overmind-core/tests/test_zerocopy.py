@@ -1,13 +1,13 @@
 """overmind.zerocopy.storage_from_buffer and the implementation switch, against both implementations.
 
 Every behaviour test runs twice, once on the compiled ``overmind._C`` and once on the pure-Python twin
-(the ``impl`` fixture); the compiled run is skipped only when the extension does not import here. Memory
-comes from real memfds sealed like cache entries (F_SEAL_WRITE|GROW|SHRINK) and mapped copy-on-write.
+(the ``impl`` fixture, in conftest.py); the compiled run is skipped only when the extension does not import
+here. Memory comes from real memfds sealed like cache entries (conftest's ``sealed_memfd``:
+F_SEAL_WRITE|GROW|SHRINK) and mapped copy-on-write.
 """
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import gc
 import mmap
 import os
@@ -19,38 +19,6 @@ import pytest
 import torch
 
 from overmind import zerocopy
-
-SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK
-
-
-def _extension_problem() -> str | None:
-    try:
-        import overmind._C  # noqa: F401
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return None
-
-
-@pytest.fixture(params=["c", "python"])
-def impl(request, monkeypatch):
-    """Select one implementation through OVERMIND_ZEROCOPY, as a user would; restore the default after."""
-    problem = _extension_problem() if request.param == "c" else None
-    if problem:
-        pytest.skip(f"overmind._C does not import here ({problem})")
-    monkeypatch.setenv(zerocopy.ENV, request.param)
-    assert zerocopy._select() == request.param
-    yield request.param
-    monkeypatch.undo()
-    zerocopy._select()
-
-
-def sealed_memfd(data: bytes) -> int:
-    """A memfd holding ``data``, sealed against writes and resizing, as the cache writer leaves entries."""
-    fd = os.memfd_create("overmind-test", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
-    os.write(fd, data)
-    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
-    assert fcntl.fcntl(fd, fcntl.F_GET_SEALS) & SEALS == SEALS
-    return fd
 
 
 def address_of(mm: mmap.mmap) -> int:
@@ -69,12 +37,11 @@ PATTERN = bytes(range(256)) * 48  # 12 KiB: three pages
 
 
 @pytest.fixture
-def mapping():
-    """A copy-on-write mapping of a sealed memfd holding PATTERN, and the memfd."""
+def mapping(sealed_memfd):
+    """A copy-on-write mapping of a sealed memfd holding PATTERN, and the memfd (closed by ``sealed_memfd``)."""
     fd = sealed_memfd(PATTERN)
     mm = mmap.mmap(fd, len(PATTERN), access=mmap.ACCESS_COPY)
-    yield mm, fd
-    os.close(fd)
+    return mm, fd
 
 
 # --- where the storage points ------------------------------------------------------------------------
@@ -136,7 +103,7 @@ def test_the_memfd_really_is_sealed(mapping):
 # --- lifetime ---------------------------------------------------------------------------------------
 
 
-def test_storage_keeps_the_mapping_alive_and_then_lets_it_go(impl):
+def test_storage_keeps_the_mapping_alive_and_then_lets_it_go(impl, sealed_memfd):
     fd = sealed_memfd(PATTERN)
     mm = mmap.mmap(fd, len(PATTERN), access=mmap.ACCESS_COPY)
     os.close(fd)
@@ -162,7 +129,7 @@ def test_mapping_cannot_be_closed_under_a_storage(impl, mapping):
     mm.close()
 
 
-def test_tensor_views_keep_the_mapping_alive(impl):
+def test_tensor_views_keep_the_mapping_alive(impl, sealed_memfd):
     fd = sealed_memfd(PATTERN)
     mm = mmap.mmap(fd, len(PATTERN), access=mmap.ACCESS_COPY)
     os.close(fd)
@@ -251,7 +218,7 @@ def sample(dtype: torch.dtype, n: int) -> torch.Tensor:
     return torch.randint(low, high, (n,), dtype=torch.int64, generator=gen).to(dtype)
 
 
-def view_over_sealed_mapping(data: bytes, offset: int):
+def view_over_sealed_mapping(sealed_memfd, data: bytes, offset: int):
     fd = sealed_memfd(b"\xee" * offset + data)
     mm = mmap.mmap(fd, offset + len(data), access=mmap.ACCESS_COPY)
     os.close(fd)
@@ -259,9 +226,9 @@ def view_over_sealed_mapping(data: bytes, offset: int):
 
 
 @pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=str)
-def test_every_dtype_round_trips_by_value(impl, dtype):
+def test_every_dtype_round_trips_by_value(impl, dtype, sealed_memfd):
     src = sample(dtype, 1000)
-    storage = view_over_sealed_mapping(as_bytes(src.untyped_storage()), offset=192)
+    storage = view_over_sealed_mapping(sealed_memfd, as_bytes(src.untyped_storage()), offset=192)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # complex32 is "experimental"
         view = torch.empty(0, dtype=dtype).set_(storage, 0, src.shape)
@@ -275,9 +242,9 @@ def test_every_dtype_round_trips_by_value(impl, dtype):
 
 
 @pytest.mark.parametrize("dtype", BYTE_DTYPES, ids=str)
-def test_every_other_dtype_round_trips_byte_for_byte(impl, dtype):
+def test_every_other_dtype_round_trips_byte_for_byte(impl, dtype, sealed_memfd):
     raw = bytes((i * 37 + 11) % 256 for i in range(512))
-    storage = view_over_sealed_mapping(raw, offset=64)
+    storage = view_over_sealed_mapping(sealed_memfd, raw, offset=64)
     view = torch.empty(0, dtype=dtype).set_(storage, 0, (len(raw) // dtype.itemsize,))
     assert view.data_ptr() == storage.data_ptr()
     assert bytes(view.view(torch.uint8).tolist()) == raw
@@ -327,10 +294,9 @@ def test_unset_env_falls_back_to_the_twin_and_says_why(restore_selection):
     assert "overmind._C unavailable" in info["reason"]
 
 
-def test_unset_env_prefers_the_extension(restore_selection):
-    problem = _extension_problem()
-    if problem:
-        pytest.skip(f"overmind._C does not import here ({problem})")
+def test_unset_env_prefers_the_extension(restore_selection, extension_problem):
+    if extension_problem:
+        pytest.skip(f"overmind._C does not import here ({extension_problem})")
     restore_selection.delenv(zerocopy.ENV, raising=False)
     assert zerocopy._select() == "c"
     info = zerocopy.describe()
