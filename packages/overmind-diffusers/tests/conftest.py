@@ -1,41 +1,13 @@
 """Fixtures for the diffusers adapter's tests: tiny SD + ControlNet folders built once per session, and a runner
-for fresh processes that load through a private Overmind server."""
+for fresh processes that load through a private Overmind server (``fresh``, ``active``: tests/adapter_testlib.py)."""
 from __future__ import annotations
-
-import itertools
-import json
-import os
-import textwrap
 
 import pytest
 
-TESTS_DIR = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "tests"))
-# Test-fixture adapters of the core's own suite are installed in the dev venv; they are not part of a user's setup.
-OTHER_ADAPTERS_OFF = "fixture,fixture_broken,future"
+from adapter_testlib import PRELUDE, active, fresh_runner  # noqa: F401  (active: a fixture for the tests)
 
-PRELUDE = '''
-import hashlib, json, os, sys, warnings
-import torch
-import overmind
-from overmind.client import get_client
+DIFFUSERS_PRELUDE = '''
 from overmind.shm import mappings
-from overmind.testing import overmind_mapped, report
-import tiny_models as tm
-
-P = json.loads(os.environ["TINY"])
-
-
-def server_state():
-    entries = get_client().ls()
-    return {"entries": len(entries), "hits": sum(e["hits"] for e in entries)}
-
-
-def counted_load(fn):
-    """(object, new entries on the server, new hits) for one load."""
-    before = server_state()
-    obj = fn()
-    after = server_state()
-    return obj, after["entries"] - before["entries"], after["hits"] - before["hits"]
 
 
 def weight_entries(module):
@@ -80,20 +52,6 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture
 def fresh(overmind_runtime, tiny, tmp_path):
-    """``fresh(script, **env)``: run ``script`` after :data:`PRELUDE` in a new interpreter against this test's
-    server; returns what it ``report``-ed. Every run gets its own empty ``HF_MODULES_CACHE`` unless given one.
-    ``OVERMIND_STRICT=1``: any fallback fails the run."""
-    counter = itertools.count()
-
-    def run(script: str, **env: str):
-        from overmind.testing import run_fresh
-
-        full_env = {
-            "PYTHONPATH": TESTS_DIR, "OVERMIND_STRICT": "1", "HF_HUB_OFFLINE": "1",
-            "OVERMIND_DISABLED_ADAPTERS": OTHER_ADAPTERS_OFF, "TINY": json.dumps(tiny),
-            "HF_MODULES_CACHE": str(tmp_path / f"modules-{next(counter)}"), "TOKENIZERS_PARALLELISM": "false",
-        }
-        full_env.update(env)
-        return run_fresh(PRELUDE + textwrap.dedent(script), env=full_env, timeout=600)
-
-    return run
+    """``fresh(script, **env)``: run ``script`` after the shared prelude and :data:`DIFFUSERS_PRELUDE` in a new
+    interpreter against this test's server; see ``adapter_testlib.fresh_runner``."""
+    return fresh_runner(PRELUDE + DIFFUSERS_PRELUDE, tiny, tmp_path)

@@ -1,14 +1,11 @@
 """A pipeline loaded by Hub id from the local cache is keyed by the resolved snapshot; a pipeline that cannot be
-pickled warns (adapter, loader, versions) and the plain pipeline is returned."""
+pickled warns (adapter, loader, versions) and the plain pipeline is returned. ``active``: tests/adapter_testlib.py."""
 from __future__ import annotations
 
 import warnings
 
-import pytest
-
 import tiny_models as tm
-from overmind import plugins
-from overmind.fallback import OvermindWarning
+from adapter_testlib import overmind_warnings
 
 LOAD_HUB_ID = '''
 from diffusers import DiffusionPipeline
@@ -34,16 +31,6 @@ def test_pipeline_by_hub_id_follows_the_snapshot(fresh, tmp_path):
     assert moved["cached"] == moved["plain"] != first["cached"]
 
 
-@pytest.fixture
-def active(overmind_runtime, monkeypatch):
-    monkeypatch.setenv("OVERMIND_DISABLED_ADAPTERS", "fixture,fixture_broken,future")
-    monkeypatch.delenv("OVERMIND_STRICT", raising=False)
-    plugins.reset()
-    plugins.activate()
-    yield
-    plugins.reset()
-
-
 def test_unpicklable_pipeline_warns_and_returns_the_plain_load(active, tmp_path):
     import diffusers
     import torch
@@ -61,7 +48,7 @@ def test_unpicklable_pipeline_warns_and_returns_the_plain_load(active, tmp_path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         pipe = StreamingPipeline.from_pretrained(folder)
-    messages = [str(w.message) for w in caught if issubclass(w.category, OvermindWarning)]
+    messages = overmind_warnings(caught)
     assert len(messages) == 1, messages
     assert "adapter diffusers (overmind-diffusers 0.1.0, diffusers " + diffusers.__version__ in messages[0]
     assert "StreamingPipeline.from_pretrained" in messages[0] and "returned the plain result" in messages[0]
@@ -81,6 +68,6 @@ def test_single_file_given_a_state_dict_runs_uncached_without_warning(active, tm
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         vae = AutoencoderKL.from_single_file(state_dict, config=str(folder), subfolder="vae")
-    assert [w for w in caught if issubclass(w.category, OvermindWarning)] == []
+    assert overmind_warnings(caught) == []
     assert len(get_client().ls()) == entries_before
     assert tm.state_digest(vae) == tm.state_digest(AutoencoderKL.from_pretrained(folder, subfolder="vae"))

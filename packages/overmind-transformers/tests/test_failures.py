@@ -1,29 +1,14 @@
 """When the adapter cannot cache a load, the user gets the plain result and one warning that names the
-adapter, the loader, the versions and the fix."""
+adapter, the loader, the versions and the fix. ``active``, ``overmind_warnings``: tests/adapter_testlib.py."""
 from __future__ import annotations
 
 import warnings
 
-import pytest
 import torch
 
 import tiny_models as tm
+from adapter_testlib import overmind_warnings
 from overmind import plugins
-from overmind.fallback import OvermindWarning
-
-
-def overmind_warnings(caught):
-    return [str(w.message) for w in caught if issubclass(w.category, OvermindWarning)]
-
-
-@pytest.fixture
-def active(overmind_runtime, monkeypatch):
-    monkeypatch.setenv("OVERMIND_DISABLED_ADAPTERS", "fixture,fixture_broken,future")
-    monkeypatch.delenv("OVERMIND_STRICT", raising=False)
-    plugins.reset()
-    plugins.activate()
-    yield
-    plugins.reset()
 
 
 def test_unpicklable_model_warns_and_returns_the_plain_load(active, tmp_path):
