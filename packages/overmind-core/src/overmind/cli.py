@@ -16,7 +16,7 @@ import argparse
 import json
 import sys
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .errors import OvermindError, ServerUnavailable
 
@@ -83,13 +83,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    client = _client_or_none(args)
-    if client is None:
-        return 1
-    st = client.status()
-    if args.json:
-        print(json.dumps(st, indent=2, sort_keys=True))
-        return 0
+    return _ask_and_print(args, lambda client: client.status(), _print_status)
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    return _ask_and_print(args, lambda client: client.ls(), _print_entries)
+
+
+def _print_status(st: dict[str, Any]) -> None:
     share = f" ({100 * st['bytes'] / st['max_bytes']:.0f}%)" if st["max_bytes"] else ""
     rows = [
         ("server", f"pid {st['pid']}, up {human_duration(st['uptime'])}, overmind {st['version']}, "
@@ -103,20 +104,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         ("log", st.get("log", "")),
     ]
     _print_rows(rows)
-    return 0
 
 
-def cmd_ls(args: argparse.Namespace) -> int:
-    client = _client_or_none(args)
-    if client is None:
-        return 1
-    entries = client.ls()
-    if args.json:
-        print(json.dumps(entries, indent=2, sort_keys=True))
-        return 0
+def _print_entries(entries: list[dict[str, Any]]) -> None:
     if not entries:
         print("no entries cached")
-        return 0
+        return
     now = time.time()
     table = [("ENTRY", "SIZE", "HITS", "LAST USE", "LOADER", "ARGUMENTS")]
     for e in sorted(entries, key=lambda e: e["last_used"], reverse=True):
@@ -129,7 +122,6 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
     total = sum(e["nbytes"] for e in entries)
     print(f"{len(entries)} entries, {human_bytes(total)}")
-    return 0
 
 
 def cmd_evict(args: argparse.Namespace) -> int:
@@ -170,6 +162,20 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 # ---- helpers -------------------------------------------------------------------------------------------
+def _ask_and_print(args: argparse.Namespace, ask: Callable[[Any], Any], render: Callable[[Any], None]) -> int:
+    """Ask the running server (``ask(client)``) and print its answer: as JSON with ``--json``, else with
+    ``render``. Exit status 1, after saying so, when no server runs."""
+    client = _client_or_none(args)
+    if client is None:
+        return 1
+    answer = ask(client)
+    if args.json:
+        print(json.dumps(answer, indent=2, sort_keys=True))
+    else:
+        render(answer)
+    return 0
+
+
 def _client_or_none(args: argparse.Namespace):
     """A client of the running server, or None (after saying so) when none runs; never starts one."""
     from .client import Client
