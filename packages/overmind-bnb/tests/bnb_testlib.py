@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import io
 import pickle
+import textwrap
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from overmind.testing import run_fresh
 
 PROMPT_IDS = [[1, 7, 12, 5, 9, 30, 4]]
 
@@ -112,3 +115,93 @@ def plain_roundtrip(obj: Any) -> Any:
     buf = io.BytesIO()
     P(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
     return pickle.loads(buf.getvalue())
+
+
+# --- fresh-process scripts shared by test_cross_process and test_activate ---------------------------
+
+CONFIGS = {
+    "4bit-nf4-double": "BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4', "
+                       "bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=torch.float32)",
+    "4bit-fp4": "BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='fp4')",
+    "8bit": "BitsAndBytesConfig(load_in_8bit=True)",
+}
+
+# Shared by every script: what a process observes about a model, as JSON.
+PRELUDE = COUNT_QUANTIZATION + textwrap.dedent('''
+    import os, torch
+    import overmind
+    from overmind.testing import report, overmind_mapped
+    from bitsandbytes.nn import Int8Params, Params4bit
+    from transformers import AutoModel, AutoModelForCausalLM, BitsAndBytesConfig
+
+    def outcome(call):
+        try:
+            call()
+        except Exception as e:
+            return [type(e).__name__, str(e)]
+        return "ok"
+
+    def quantized_tensors(model):
+        """Each bitsandbytes parameter's packed weight and its statistics."""
+        for p in model.parameters():
+            if isinstance(p, Params4bit):
+                qs = p.quant_state
+                yield from (p, qs.absmax, qs.code) + ((qs.state2.absmax,) if qs.nested else ())
+            elif isinstance(p, Int8Params):
+                yield from (p, p.SCB)
+
+    def mapped(model):
+        """How many quantized tensors lie in an Overmind memfd mapping, out of how many (before any forward)."""
+        ts = list(quantized_tensors(model))
+        return [sum(overmind_mapped(t.data_ptr()) for t in ts), len(ts)]
+
+    def observe(model, ids, generate=True):
+        params = [p for p in model.parameters() if p.device.type != "meta"]
+        out = {"mapped": mapped(model), "types": sorted({type(p).__name__ for p in model.parameters()}),
+               "all_mapped": [sum(overmind_mapped(p.data_ptr()) for p in params), len(params)]}
+        if hasattr(model, "hf_quantizer"):  # transformers' refusals of a quantized model
+            out["guards"] = [outcome(lambda: model.to(torch.float16)), outcome(lambda: model.cuda()),
+                             outcome(lambda: model.half())]
+        ids = torch.tensor(ids)
+        with torch.no_grad():
+            result = model(ids)
+        for name in ("logits", "last_hidden_state"):
+            result = getattr(result, name, result)
+        out["output"] = result.tolist()
+        if generate:
+            out["tokens"] = model.generate(ids, max_new_tokens=8, min_new_tokens=8).tolist()
+        out["hooked"] = sorted(n for n, m in model.named_modules() if "_hf_hook" in m.__dict__)
+        out["move"] = outcome(lambda: model.to("cpu"))  # last: a move may rebuild parameters
+        return out
+
+    def activated(load):
+        """``load()`` with the adapters' loaders patched, as a user's code runs after ``overmind.activate()``."""
+        overmind.activate()
+        try:
+            return load()
+        finally:
+            overmind.deactivate()
+''')
+
+
+def first_and_second(env: dict, load: str, ids, generate: bool = True, setup: str = "",
+                     plain: str | None = None) -> tuple[dict, dict, dict]:
+    """Run ``load`` (an expression) in two fresh processes; the first also builds a fresh reference with
+    ``plain`` (by default ``load`` with ``overmind.load(f, ...)`` replaced by ``f(...)``).
+
+    Returns (reference observed in the first process, first process's cached result, second process's).
+    """
+    plain = plain or load.replace("overmind.load(", "(lambda f, *a, **k: f(*a, **k))(")
+    first = run_fresh(PRELUDE + setup + textwrap.dedent(f'''
+        reference = observe({plain}, {ids!r}, {generate})
+        before = dict(QUANTIZE_CALLS)
+        model = {load}
+        quantized = {{k: QUANTIZE_CALLS[k] - before[k] for k in QUANTIZE_CALLS}}  # before any forward: 8-bit
+        report({{"reference": reference, "cached": observe(model, {ids!r}, {generate}), "quantized": quantized}})
+    '''), env=env, timeout=600)  # matmuls quantize their inputs with the same function
+    second = run_fresh(PRELUDE + setup + textwrap.dedent(f'''
+        model = {load}
+        quantized = dict(QUANTIZE_CALLS)
+        report({{**observe(model, {ids!r}, {generate}), "quantized": quantized}})
+    '''), env=env, timeout=600)
+    return first["reference"], {**first["cached"], "quantized": first["quantized"]}, second

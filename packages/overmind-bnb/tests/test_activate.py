@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from bnb_testlib import PROMPT_IDS
-from test_cross_process import CONFIGS, first_and_second
+from bnb_testlib import CONFIGS, PROMPT_IDS, first_and_second
 
 pytest.importorskip("overmind_transformers")
 ENV = {"OVERMIND_STRICT": "1", "HF_HUB_OFFLINE": "1"}
