@@ -1,7 +1,9 @@
 """Adapter discovery (entry-point group ``overmind.adapters``), the pluggy manager, activate/deactivate.
 
 Adapters are discovered once per process, on ``activate()`` or on the first ``load()`` (their reducers and
-key hooks apply to direct ``overmind.load`` calls too); only ``activate()`` patches loaders.
+key hooks apply to direct ``overmind.load`` calls too); only ``activate()`` patches loaders. An adapter acts
+only once its library is imported: ``activate()`` patches it then (a post-import hook, see ``importwatch``),
+so activating costs no library imports, and its per-load hooks are skipped in processes without it.
 
 Before an adapter's module is imported, the library versions it declares (its distribution's requirements
 with ``extra == "instruments"``) are checked against what is installed, as opentelemetry instrumentors do:
@@ -20,7 +22,7 @@ from typing import Any, Callable, Mapping
 
 import pluggy
 
-from . import hookspecs, patching
+from . import hookspecs, importwatch, libraries, patching
 from .errors import OvermindError
 from .fallback import OvermindWarning
 from .key import Unkeyable
@@ -40,6 +42,12 @@ class AdapterState:
     status: str  # "loaded", "skipped", "disabled", "failed"
     reason: str = ""
     targets: list = field(default_factory=list)
+    modules: tuple = ()  # libraries.module_groups(): the adapter is live once each group has one imported
+    deferred: bool = False  # activate() is waiting for the library's import to patch it
+    on_import: Any = None  # the post-import callback while deferred
+
+    def live(self) -> bool:
+        return libraries.missing_module(self.modules) is None
 
 
 _lock = threading.RLock()
@@ -127,7 +135,7 @@ def _discover(pm: pluggy.PluginManager, strict: bool) -> None:
                 f"Reinstall or upgrade {dist_name}, or skip it with OVERMIND_DISABLED_ADAPTERS={ep.name}.")
             _report(state, strict, asked=False)
             continue
-        _adapters[ep.name] = AdapterState(ep.name, dist_name, "loaded")
+        _adapters[ep.name] = AdapterState(ep.name, dist_name, "loaded", modules=libraries.module_groups(dist))
 
 
 def get_manager(strict: bool = False) -> pluggy.PluginManager:
@@ -155,9 +163,9 @@ def reducers() -> Mapping[type, list[Callable]]:
     """Every adapter's ``overmind_reducers`` and the core's (TorchScript), as ``{type: [reducer, ...]}``:
     where two claim one type, both are kept and tried in hook order (see ``pickling._Reducers``)."""
     global _reducers
-    table = _reducers
-    if table is not None:
-        return table
+    live = _live_names()
+    if _reducers is not None and _reducers[0] == live:
+        return _reducers[1]
     parts = [part for _, part in _call_each("overmind_reducers")]
     try:
         from . import torchscript
@@ -169,13 +177,27 @@ def reducers() -> Mapping[type, list[Callable]]:
     for part in parts:
         for t, r in (part or {}).items():
             table.setdefault(t, []).append(r)
-    _reducers = table
+    _reducers = (live, table)
     return table
+
+
+# Hooks that run in every process whatever it imported: an entry being unpickled needs its adapters
+# before the library is imported (the unpickling imports it).
+_ALWAYS = {"overmind_before_unpickle", "overmind_after_unpickle"}
+
+
+def _live_names() -> frozenset[str]:
+    """Adapters whose libraries are imported in this process (and those registered directly)."""
+    return frozenset(n for n, s in _adapters.items() if s.status == "loaded" and s.live())
 
 
 def _impls(hook_name: str) -> list:
     # pluggy calls the last registered implementation first; keep that order (tryfirst/trylast honoured)
-    return list(reversed(getattr(get_manager().hook, hook_name).get_hookimpls()))
+    impls = reversed(getattr(get_manager().hook, hook_name).get_hookimpls())
+    if hook_name in _ALWAYS:
+        return list(impls)
+    live = _live_names()
+    return [i for i in impls if i.plugin_name in live]
 
 
 def _call_one(impl, hook_name: str, kwargs: dict) -> Any:
@@ -231,12 +253,28 @@ def activate(strict: bool = False) -> list[str]:
             if failed:
                 raise AdapterError(failed[0].reason)
         for state in _adapters.values():
-            if state.status != "loaded" or state.targets:
-                continue
-            plugin = pm.get_plugin(state.name)
-            _apply_adapter(state, plugin, strict)
+            if state.status == "loaded" and not state.targets and not state.deferred:
+                _apply_when_live(state, pm.get_plugin(state.name), strict)
         _active = True
         return sorted(n for n, s in _adapters.items() if s.status == "loaded")
+
+
+def _apply_when_live(state: AdapterState, plugin: Any, strict: bool) -> None:
+    """Patch now if the adapter's libraries are imported, else right after they are."""
+    missing = libraries.missing_module(state.modules)
+    if missing is None:
+        state.deferred = False
+        _apply_adapter(state, plugin, strict)
+        return
+    state.deferred = True
+
+    def on_import(_module) -> None:
+        with _lock:
+            if state.deferred and _adapters.get(state.name) is state:
+                _apply_when_live(state, plugin, strict=False)
+
+    state.on_import = on_import
+    importwatch.when_imported(missing, on_import)
 
 
 def _apply_adapter(state: AdapterState, plugin: Any, strict: bool) -> None:
@@ -272,6 +310,9 @@ def deactivate() -> None:
     global _active
     with _lock:
         for state in reversed(list(_adapters.values())):
+            if state.deferred:
+                importwatch.cancel(state.on_import)
+                state.deferred = False
             for t in reversed(state.targets):
                 patching.restore(t)
             state.targets = []

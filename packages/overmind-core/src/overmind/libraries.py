@@ -1,0 +1,63 @@
+"""Which importable modules an adapter's libraries provide, and whether they are imported yet.
+
+An adapter declares its libraries as requirements with ``extra == "instruments"`` (distribution names,
+``stable-fast``); its hooks need the modules those distributions install (``sfast``). An adapter is *live*
+in a process once every one of its libraries is imported there: only then can objects of that library exist,
+so only then do its patches, reducers and key hooks have anything to do.
+"""
+from __future__ import annotations
+
+import sys
+from functools import lru_cache
+from importlib import metadata
+
+
+def instrumented_distributions(dist: metadata.Distribution | None) -> list[str]:
+    """The distribution names an adapter distribution declares under its ``instruments`` extra."""
+    if dist is None:
+        return []
+    from packaging.requirements import Requirement
+
+    names = []
+    for line in dist.requires or []:
+        req = Requirement(line)
+        if req.marker is not None and req.marker.evaluate({"extra": "instruments"}) \
+                and not req.marker.evaluate({"extra": ""}):
+            names.append(req.name)
+    return names
+
+
+@lru_cache(maxsize=None)
+def top_level_modules(dist_name: str) -> tuple[str, ...]:
+    """The top-level modules distribution ``dist_name`` installs (``stable-fast`` -> ``("sfast",)``)."""
+    fallback = (dist_name.replace("-", "_").lower(),)
+    try:
+        dist = metadata.distribution(dist_name)
+    except metadata.PackageNotFoundError:
+        return fallback
+    text = dist.read_text("top_level.txt")
+    if text:
+        names = tuple(n.strip() for n in text.split() if n.strip() and not n.startswith("_"))
+        if names:
+            return names
+    found = set()
+    for f in dist.files or ():
+        parts = f.parts
+        if len(parts) >= 2 and parts[1] == "__init__.py" and not parts[0].endswith((".dist-info", ".data")):
+            found.add(parts[0])
+        elif len(parts) == 1 and parts[0].endswith(".py") and not parts[0].startswith("_"):
+            found.add(parts[0][:-3])
+    return tuple(sorted(found)) or fallback
+
+
+def module_groups(dist: metadata.Distribution | None) -> tuple[tuple[str, ...], ...]:
+    """For each instrumented library, the modules any one of which shows it is imported."""
+    return tuple(top_level_modules(name) for name in instrumented_distributions(dist))
+
+
+def missing_module(groups: tuple[tuple[str, ...], ...]) -> str | None:
+    """A module to wait for before the adapter is live, or None if it is live now."""
+    for group in groups:
+        if not any(m in sys.modules for m in group):
+            return group[0]
+    return None
