@@ -128,16 +128,23 @@ def modules_of(obj) -> list:
 def touch(*objs) -> int:
     """Read every byte of every weight of ``objs`` (a CPU stand-in for ``.to('cuda')``); returns the bytes.
 
-    ``max`` over a byte view reads each byte once, vectorised, without allocating anything large.
+    ``max`` over a byte view reads each byte once, vectorised, without allocating anything large. It runs on
+    one thread: a copy to a GPU is one stream of reads too, and on a busy 2-core machine a 2-thread parallel
+    region per tensor waits for a descheduled thread (touch times then vary 100x between identical runs).
     """
     import torch
 
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     total = 0
-    for s in storages(*objs):
-        n = s.nbytes()
-        if n and s.device.type == "cpu":
-            torch.empty(0, dtype=torch.uint8).set_(s).max()
-            total += n
+    try:
+        for s in storages(*objs):
+            n = s.nbytes()
+            if n and s.device.type == "cpu":
+                torch.empty(0, dtype=torch.uint8).set_(s).max()
+                total += n
+    finally:
+        torch.set_num_threads(threads)
     return total
 
 
