@@ -80,20 +80,52 @@ def locate(ptr: int, nbytes: int) -> Location | None:
 
 def is_pristine(ptr: int, nbytes: int) -> bool:
     """Whether no page of ``[ptr, ptr+nbytes)`` was written since it was mapped (copy-on-write intact)."""
-    first, last = ptr // PAGE, (ptr + nbytes - 1) // PAGE
+    return all_pristine([(ptr, nbytes)])
+
+
+# Ranges closer than this many pages are read from pagemap in one go (reading a gap costs 8 bytes a page).
+_MERGE_GAP_PAGES = 4096
+
+
+def all_pristine(ranges: list[tuple[int, int]]) -> bool:
+    """Whether every ``(ptr, nbytes)`` range is untouched; reads /proc/self/pagemap once per cluster of
+    nearby ranges (a module's parameters in one mapping are one read), not once per tensor."""
+    spans: list[list[int]] = []
+    for ptr, nbytes in sorted(r for r in ranges if r[1] > 0):
+        first, last = ptr // PAGE, (ptr + nbytes - 1) // PAGE
+        if spans and first <= spans[-1][1] + _MERGE_GAP_PAGES:
+            spans[-1][1] = max(spans[-1][1], last)
+            spans[-1].append((first, last))
+        else:
+            spans.append([first, last, (first, last)])
+    if not spans:
+        return True
     try:
         with open("/proc/self/pagemap", "rb", buffering=0) as f:
-            f.seek(first * 8)
-            raw = f.read((last - first + 1) * 8)
+            for span in spans:
+                first, last = span[0], span[1]
+                f.seek(first * 8)
+                raw = f.read((last - first + 1) * 8)
+                if len(raw) != (last - first + 1) * 8:
+                    return False
+                if _written_pages(raw, first, span[2:]):
+                    return False
     except OSError:
         return False  # cannot tell: copy the bytes rather than risk referencing modified ones
-    if len(raw) != (last - first + 1) * 8:
-        return False
+    return True
+
+
+def _written_pages(raw: bytes, base: int, pieces: list[tuple[int, int]]) -> bool:
     entries = torch.frombuffer(bytearray(raw), dtype=torch.int64)
     present = (entries >> 63) & 1
     swapped = (entries >> 62) & 1
     file_or_shared = (entries >> 61) & 1
     # A private (written) page is present or swapped without the file/shared bit; untouched pages are
-    # either absent (never faulted) or mapped from the memfd (bit 61 set).
-    private = ((present | swapped) & (1 - file_or_shared)).any()
-    return not bool(private)
+    # either absent (never faulted) or mapped from the memfd (bit 61 set). Gaps between pieces don't count.
+    private = (present | swapped) & (1 - file_or_shared)
+    if len(pieces) == 1 and pieces[0] == (base, base + len(entries) - 1):
+        return bool(private.any())
+    mask = torch.zeros_like(private)
+    for first, last in pieces:
+        mask[first - base:last - base + 1] = 1
+    return bool((private & mask).any())

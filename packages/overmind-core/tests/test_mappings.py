@@ -1,0 +1,54 @@
+"""The registry of live mappings and the pristine check (pagemap): written pages are seen, gaps are not."""
+from __future__ import annotations
+
+import torch
+
+from overmind.shm import mappings
+from overmind.shm.reader import EntryMapping
+from overmind.shm.writer import write_entry
+
+PAGE = mappings.PAGE
+
+
+def _mapped_entry(n_pages: int) -> EntryMapping:
+    data = torch.arange(n_pages * PAGE, dtype=torch.uint8)
+    fd = write_entry(b"skeleton", [(data.untyped_storage(), 0)], data.numel())
+    try:
+        return EntryMapping("e-1", fd)
+    finally:
+        import os
+
+        os.close(fd)
+
+
+def test_written_pages_are_seen_and_untouched_ones_are_not():
+    m = _mapped_entry(40)
+    a = m.storage(0, 4 * PAGE)
+    b = m.storage(20 * PAGE, 4 * PAGE)
+    ta, tb = (torch.empty(0, dtype=torch.uint8).set_(s) for s in (a, b))
+    assert ta[5] == 5 and tb[0] == 0  # read: pages faulted in from the memfd, still pristine
+    ranges = [(a.data_ptr(), a.nbytes()), (b.data_ptr(), b.nbytes())]
+    assert mappings.all_pristine(ranges)
+    gap = m.storage(10 * PAGE, PAGE)
+    torch.empty(0, dtype=torch.uint8).set_(gap).fill_(1)  # written, but between the two ranges
+    assert mappings.all_pristine(ranges), "a written page in a gap between ranges must not count"
+    tb[PAGE + 1] = 7
+    assert not mappings.all_pristine(ranges)
+    assert mappings.all_pristine(ranges[:1])
+    assert mappings.locate(b.data_ptr(), b.nbytes()) is None  # no longer the entry's bytes
+    loc = mappings.locate(a.data_ptr(), a.nbytes())
+    assert loc == ("e-1", 0)
+
+
+def test_a_mapping_leaves_the_registry_when_its_last_storage_dies():
+    import gc
+
+    m = _mapped_entry(2)
+    s = m.storage(0, PAGE)
+    ptr = s.data_ptr()
+    del m
+    gc.collect()
+    assert mappings.contains(ptr)  # the storage keeps the mapping alive
+    del s
+    gc.collect()
+    assert not mappings.contains(ptr)
