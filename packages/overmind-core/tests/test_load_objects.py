@@ -124,3 +124,25 @@ def test_objects_from_earlier_loads_are_referenced_and_keyed_by_entry(overmind_r
         warnings.simplefilter("error")
         combo3 = overmind.load(combine, a, b)
     assert combo3["first"] is a
+
+
+def make_unusual_tensors():
+    c = torch.complex(torch.arange(4.0), torch.ones(4))
+    p = torch.nn.Parameter(torch.ones(3))
+    p.tag = "kept"  # Python attributes on a parameter (transformers sets some) survive
+    return {"conj": c.conj(), "neg": c.conj().imag, "param": p, "plain": torch.arange(6).view(2, 3)}
+
+
+def test_plain_tensors_take_the_fast_reduce_and_unusual_ones_torchs(overmind_runtime, monkeypatch):
+    from overmind import tensors
+
+    monkeypatch.setenv("OVERMIND_STRICT", "1")
+    expected = make_unusual_tensors()
+    assert tensors.reduce_tensor(expected["conj"]) is NotImplemented
+    assert tensors.reduce_tensor(expected["plain"])[0] is tensors.rebuild_tensor
+    overmind.load(make_unusual_tensors)
+    got = overmind.load(make_unusual_tensors)
+    assert got["conj"].is_conj() and torch.equal(got["conj"].resolve_conj(), expected["conj"].resolve_conj())
+    assert torch.equal(got["neg"], expected["neg"])
+    assert type(got["param"]) is torch.nn.Parameter and got["param"].tag == "kept"
+    assert torch.equal(got["plain"], expected["plain"]) and overmind_mapped(got["plain"].data_ptr())

@@ -160,13 +160,17 @@ def _invalidate() -> None:
 
 
 def reducers() -> Mapping[type, list[Callable]]:
-    """Every adapter's ``overmind_reducers`` and the core's (TorchScript), as ``{type: [reducer, ...]}``:
+    """Every adapter's ``overmind_reducers`` and the core's (plain tensors, TorchScript), as
+    ``{type: [reducer, ...]}``:
     where two claim one type, both are kept and tried in hook order (see ``pickling._Reducers``)."""
     global _reducers
     live = _live_names()
     if _reducers is not None and _reducers[0] == live:
         return _reducers[1]
     parts = [part for _, part in _call_each("overmind_reducers")]
+    from . import tensors
+
+    parts.append(tensors.reducers())
     try:
         from . import torchscript
 

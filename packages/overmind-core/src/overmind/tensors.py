@@ -1,0 +1,43 @@
+"""A cheaper reduce for the common tensor: a plain ``torch.Tensor`` or ``nn.Parameter`` on a strided layout.
+
+torch's own ``__reduce_ex__`` rebuilds every tensor through ``torch._utils._rebuild_tensor_v2``, a Python
+path that also looks for fake-tensor modes; a pipeline's warm load rebuilds thousands of tensors, so that
+overhead shows. Anything unusual (subclasses, conjugate or negative views, backward hooks, quantized,
+sparse or meta tensors, tensor metadata) is left to torch's reduce by answering ``NotImplemented``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def reduce_tensor(t: torch.Tensor) -> Any:
+    cls = type(t)
+    if (cls not in _PLAIN or t.layout is not torch.strided or t.device.type == "meta" or t.is_quantized
+            or t.is_conj() or t.is_neg() or t._backward_hooks or torch._utils.get_tensor_metadata(t)
+            or (t.grad_fn is not None)):
+        return NotImplemented
+    state = dict(t.__dict__) if t.__dict__ else None
+    storage = torch.storage.TypedStorage(wrap_storage=t.untyped_storage(), dtype=t.dtype, _internal=True)
+    return (rebuild_tensor, (storage, t.storage_offset(), tuple(t.size()), t.stride(), t.requires_grad,
+                             cls is torch.nn.Parameter, state))
+
+
+def rebuild_tensor(storage, offset: int, size: tuple, stride: tuple, requires_grad: bool, is_parameter: bool,
+                   state: dict | None) -> torch.Tensor:
+    untyped = storage._untyped_storage
+    t = torch.empty((0,), dtype=storage.dtype, device=untyped.device).set_(untyped, offset, size, stride)
+    if is_parameter:
+        t = torch.nn.Parameter(t, requires_grad=requires_grad)
+    elif requires_grad:
+        t.requires_grad_(True)
+    if state:
+        t.__dict__.update(state)
+    return t
+
+
+def reducers() -> dict[type, Any]:
+    return {torch.Tensor: reduce_tensor}
