@@ -5,7 +5,7 @@ random numbers, the CLIP vocabulary is synthesised in the real layout (``clip_vo
 saved with its library's own ``save_pretrained``, so the folders are what the libraries write.
 
     python benchmarks/make_fixture.py --scale small            # ~10 MB, seconds
-    python benchmarks/make_fixture.py --scale full             # ~10 GB on disk, a few minutes on 2 cores
+    python benchmarks/make_fixture.py --scale full             # ~9.4 GiB on disk, a few minutes on 2 cores
 
 Layout under ``benchmarks/fixtures/<scale>/``::
 
