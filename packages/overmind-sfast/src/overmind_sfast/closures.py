@@ -25,6 +25,7 @@ by the time an instance is rebuilt its ``forward``/``_call_impl`` may already be
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import types
 from typing import Any, Callable
@@ -228,10 +229,18 @@ def closure_kinds() -> dict[types.CodeType, Callable[[Any], tuple]]:
         return _kinds
 
 
+_SFAST_DIR = f"{os.sep}sfast{os.sep}"
+
+
 def reduce_function(fn: types.FunctionType) -> Any:
     """Reducer for ``types.FunctionType``: stable-fast closures are rebuilt; other functions are left to
     the default pickling (``NotImplemented``)."""
-    reducer = closure_kinds().get(getattr(fn, "__code__", None))
+    code = getattr(fn, "__code__", None)
+    if code is None or _SFAST_DIR not in code.co_filename:
+        # Every closure we rebuild is stable-fast's own code (its __module__ may say otherwise: wraps()
+        # copies it): skip the lookup, and the first lookup's imports (diffusers), for everybody else's.
+        return NotImplemented
+    reducer = closure_kinds().get(code)
     return NotImplemented if reducer is None else reducer(fn)
 
 

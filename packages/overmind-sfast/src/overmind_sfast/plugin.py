@@ -19,7 +19,6 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 import overmind
-import sfast  # noqa: F401  (imported here so a broken stable-fast install fails the adapter, by name)
 
 from . import clear_hooks, flattening
 from .reducers import reducers as _reducers
