@@ -22,6 +22,8 @@ import tempfile
 import time
 from typing import Iterator
 
+from overmind.server.launcher import server_pids
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULT_MARK = "BENCH-RESULT:"
 
@@ -128,22 +130,6 @@ def _parse(stdout: str) -> dict | None:
 def _tail(path: str, n: int = 3000) -> str:
     with open(path, errors="replace") as f:
         return f.read()[-n:]
-
-
-def server_pids(runtime_dir: str) -> list[int]:
-    """Pids of the Overmind server processes of ``runtime_dir`` (their command line names it)."""
-    pids = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if any(b"overmind.server" in a for a in argv) and os.fsencode(runtime_dir) in argv:
-            pids.append(int(name))
-    return pids
 
 
 def stop_server(runtime_dir: str) -> None:

@@ -12,19 +12,20 @@ from functools import lru_cache
 from importlib import metadata
 
 
-def instrumented_distributions(dist: metadata.Distribution | None) -> list[str]:
-    """The distribution names an adapter distribution declares under its ``instruments`` extra."""
+def instruments_requirements(dist: metadata.Distribution | None) -> list:
+    """The requirements an adapter distribution declares under its ``instruments`` extra only."""
     if dist is None:
         return []
     from packaging.requirements import Requirement
 
-    names = []
-    for line in dist.requires or []:
-        req = Requirement(line)
-        if req.marker is not None and req.marker.evaluate({"extra": "instruments"}) \
-                and not req.marker.evaluate({"extra": ""}):
-            names.append(req.name)
-    return names
+    reqs = [Requirement(line) for line in dist.requires or []]
+    return [r for r in reqs if r.marker is not None and r.marker.evaluate({"extra": "instruments"})
+            and not r.marker.evaluate({"extra": ""})]
+
+
+def instrumented_distributions(dist: metadata.Distribution | None) -> list[str]:
+    """The distribution names an adapter distribution declares under its ``instruments`` extra."""
+    return [r.name for r in instruments_requirements(dist)]
 
 
 @lru_cache(maxsize=None)

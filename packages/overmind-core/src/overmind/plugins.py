@@ -69,15 +69,8 @@ def disabled_names() -> set[str]:
 
 def unmet_requirements(dist: metadata.Distribution | None) -> list[str]:
     """Requirements marked ``extra == "instruments"`` that the installed packages do not satisfy."""
-    if dist is None:
-        return []
-    from packaging.requirements import Requirement
-
     unmet = []
-    for line in dist.requires or []:
-        req = Requirement(line)
-        if req.marker is None or not req.marker.evaluate({"extra": "instruments"}) or req.marker.evaluate({"extra": ""}):
-            continue
+    for req in libraries.instruments_requirements(dist):
         try:
             have = metadata.version(req.name)
         except metadata.PackageNotFoundError:

@@ -6,6 +6,7 @@ Fixtures:
 
 Functions:
 
+* :func:`server_pids` (from ``overmind.server.launcher``) lists a runtime dir's server processes.
 * :func:`run_fresh` runs a script in a fresh interpreter (spawned, never forked) against the same server
   and returns what the script passed to :func:`report`.
 * :func:`overmind_mapped` tells whether an address lies in an Overmind memfd mapping (``/proc/self/maps``).
@@ -33,6 +34,8 @@ import textwrap
 from typing import Any, Iterator
 
 import pytest
+
+from .server.launcher import server_pids  # noqa: F401  (re-exported for tests)
 
 RESULT_MARK = "OVERMIND-RESULT:"
 
@@ -78,22 +81,6 @@ def stop_servers(path: str) -> None:
     for pid in server_pids(path):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-
-
-def server_pids(path: str) -> list[int]:
-    """Pids of live ``overmind.server`` processes whose command line names exactly runtime dir ``path``."""
-    pids = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if b"overmind.server" in argv and os.fsencode(path) in argv:
-            pids.append(int(name))
-    return pids
 
 
 def report(value: Any) -> None:

@@ -146,3 +146,19 @@ def log_tail(path: str, lines: int = 20) -> str:
         return f"  (cannot read the log: {exc.strerror})"
     tail = text.splitlines()[-lines:]
     return "\n".join("  " + line for line in tail) if tail else "  (the log is empty)"
+
+
+def server_pids(runtime_dir: str) -> list[int]:
+    """Pids of live ``overmind.server`` processes whose command line names exactly ``runtime_dir``."""
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"overmind.server" in argv and os.fsencode(runtime_dir) in argv:
+            pids.append(int(name))
+    return pids
