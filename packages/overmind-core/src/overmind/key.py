@@ -189,6 +189,8 @@ def canon(value: Any, hook: Callable[[Any], Any] | None = None, _depth: int = 0)
         return ("dict", tuple(sorted(items, key=repr)))
     if t in (set, frozenset):
         return ("set", tuple(sorted((canon(v, hook, _depth + 1) for v in value), key=repr)))
+    # Before the adapters' hook, and also inside their stand-ins: an adapter keys a hand-built container
+    # (diffusers' MultiControlNetModel) as the list of its parts, each of them an earlier load's object.
     origin = origin_of(value)
     if origin is not None:
         return ("entry", origin)
