@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping
 
 import pluggy
 
-from . import hookspecs, importwatch, libraries, patching
+from . import fallback, hookspecs, importwatch, libraries, patching
 from .errors import OvermindError
 from .fallback import OvermindWarning
 from .key import Unkeyable
@@ -81,10 +81,9 @@ def unmet_requirements(dist: metadata.Distribution | None) -> list[str]:
     return unmet
 
 
-def _report(state: AdapterState, strict: bool, asked: bool) -> None:
-    if state.status == "failed" and (strict or asked):
-        raise AdapterError(state.reason)
-    if state.status == "failed":
+def _report(state: AdapterState, strict: bool) -> None:
+    # Discovery always finishes; under strict, activate() raises for the failed adapter instead of a warning.
+    if state.status == "failed" and not strict:
         warnings.warn(OvermindWarning(state.reason), stacklevel=4)
     elif state.status == "skipped":
         log.info("%s", state.reason)
@@ -116,7 +115,7 @@ def _discover(pm: pluggy.PluginManager, strict: bool) -> None:
             state = _adapters[ep.name] = AdapterState(
                 ep.name, dist_name, "skipped",
                 f"overmind: adapter {ep.name} skipped: needs {', '.join(unmet)}.")
-            _report(state, strict, asked=False)
+            _report(state, strict)
             continue
         try:
             plugin = ep.load()
@@ -126,7 +125,7 @@ def _discover(pm: pluggy.PluginManager, strict: bool) -> None:
                 ep.name, dist_name, "failed",
                 f"overmind: adapter {ep.name} ({dist_name}) failed to import {ep.value}: {type(e).__name__}: {e}. "
                 f"Reinstall or upgrade {dist_name}, or skip it with OVERMIND_DISABLED_ADAPTERS={ep.name}.")
-            _report(state, strict, asked=False)
+            _report(state, strict)
             continue
         _adapters[ep.name] = AdapterState(ep.name, dist_name, "loaded", modules=libraries.module_groups(dist))
 
@@ -204,7 +203,7 @@ def _call_one(impl, hook_name: str, kwargs: dict) -> Any:
     except Unkeyable:
         raise  # an adapter's way to say "do not cache this call": load() then calls the loader directly
     except Exception as e:
-        if os.environ.get("OVERMIND_STRICT") == "1":
+        if fallback.strict():
             raise
         warnings.warn(OvermindWarning(
             f"overmind: adapter {impl.plugin_name} failed in {hook_name}: {type(e).__name__}: {e}; "
@@ -240,7 +239,7 @@ def first_result(hook_name: str, **kwargs) -> Any:
 
 def activate(strict: bool = False) -> list[str]:
     global _active
-    if os.environ.get("OVERMIND_DISABLE") == "1":
+    if fallback.disabled():
         log.info("overmind: OVERMIND_DISABLE=1, activate() patches nothing")
         return []
     with _lock:
