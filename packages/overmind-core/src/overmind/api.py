@@ -76,9 +76,10 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         return fn(*args, **kwargs)  # the loader calls itself with the same arguments: no claim to wait on
     from .client import get_client
 
+    wait_s = _wait_timeout(nested=bool(stack))
     try:
         client = get_client()
-        res = client.get(ck.key, claim=True, wait=True, timeout=_wait_timeout(bool(stack)))
+        res = client.get(ck.key, claim=True, wait=True, timeout=wait_s)
     except OvermindError as e:
         fallback.step_aside(f"overmind: the server is unavailable ({e}); loaded {loader.name} without the cache. "
                             f"Run 'overmind doctor'.", e)
@@ -93,7 +94,7 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
             return fn(*args, **kwargs)
     if res.status != "claimed":
         fallback.step_aside(f"overmind: another process is still loading {loader.name} (entry {ck.key[:12]}) after "
-                            f"{_wait_timeout(bool(stack)):.0f} s; loaded without the cache. Raise "
+                            f"{wait_s:.0f} s; loaded without the cache. Raise "
                             f"OVERMIND_WAIT_TIMEOUT to wait longer.")
         return fn(*args, **kwargs)
 
@@ -110,10 +111,6 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
     inner_causes = nested_causes - outer_causes
     try:
         rebuilt = publish(client, loader, ck, result)
-        del result  # the plain result's memory goes now, and back to the system below
-        if not stack:
-            _return_freed_memory()
-        return rebuilt
     except Exception as e:
         _release(client, ck.key)
         if type(e) in inner_causes and not fallback.strict():
@@ -124,6 +121,10 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         fallback.step_aside(f"overmind: could not cache {loader.name} ({type(e).__name__}: {e}); returned the "
                             f"plain result.{_fix_for(e)}", e)
         return result
+    del result  # the plain result's memory goes now, and back to the system below
+    if not stack:
+        _return_freed_memory()
+    return rebuilt
 
 
 def _return_freed_memory() -> None:
