@@ -12,13 +12,12 @@ import torch
 import overmind
 from overmind import api, client as client_mod
 from overmind.fallback import CacheBypassed, OvermindWarning
-from overmind.testing import overmind_mapped, run_fresh, server_pids
+from overmind.testing import clear_calls, overmind_mapped, record_call, recorded_calls, run_fresh, server_pids
 
-calls: list[int] = []
 
 
 def build(n: int = 32) -> torch.nn.Module:
-    calls.append(n)
+    record_call(n)
     torch.manual_seed(n)
     return torch.nn.Linear(n, n)
 
@@ -52,15 +51,15 @@ def _kill_server(runtime_dir: str) -> None:
 
 
 def test_server_killed_between_loads(overmind_runtime):
-    calls.clear()
+    clear_calls()
     a, w = _quiet_load(build, 16)
     assert not w and overmind_mapped(a.weight.data_ptr())
     _kill_server(overmind_runtime)
     b, w = _quiet_load(build, 16)  # the client respawns the server; the entry is gone, so it loads again
     assert _plain_equal(b, 16) and overmind_mapped(b.weight.data_ptr())
-    assert calls == [16, 16]
+    assert recorded_calls() == [16, 16]
     c, w = _quiet_load(build, 16)
-    assert not w and calls == [16, 16] and _plain_equal(c, 16)
+    assert not w and recorded_calls() == [16, 16] and _plain_equal(c, 16)
 
 
 def killing_loader(runtime_dir: str, n: int):
@@ -70,7 +69,7 @@ def killing_loader(runtime_dir: str, n: int):
 
 
 def test_server_killed_during_a_load(overmind_runtime):
-    calls.clear()
+    clear_calls()
     m, w = _quiet_load(killing_loader, overmind_runtime, 24)
     assert _plain_equal(m, 24)
     assert len(w) <= 1
@@ -122,9 +121,9 @@ def test_strict_mode_raises_instead(overmind_runtime, monkeypatch):
 
 def test_disable_switch_makes_load_a_plain_call(overmind_runtime, monkeypatch):
     monkeypatch.setenv("OVERMIND_DISABLE", "1")
-    calls.clear()
+    clear_calls()
     m, w = _quiet_load(build, 8)
-    assert not w and calls == [8] and not overmind_mapped(m.weight.data_ptr())
+    assert not w and recorded_calls() == [8] and not overmind_mapped(m.weight.data_ptr())
     assert not os.path.exists(os.path.join(overmind_runtime, "server.sock"))
 
 
@@ -142,22 +141,22 @@ def test_server_that_cannot_start_falls_back(tmp_path, monkeypatch):
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
     monkeypatch.setenv("OVERMIND_RUNTIME_DIR", str(not_a_dir / "sub"))
-    calls.clear()
+    clear_calls()
     m, w = _quiet_load(build, 12)
-    assert _plain_equal(m, 12) and calls == [12]
+    assert _plain_equal(m, 12) and recorded_calls() == [12]
     assert len(w) == 1 and "overmind doctor" in str(w[0].message)
 
 
 def test_unkeyable_arguments_load_directly_without_warning(overmind_runtime):
-    calls.clear()
+    clear_calls()
 
     def build_with(module):
-        calls.append(1)
+        record_call(1)
         return module
 
     plain_module = torch.nn.Linear(2, 2)  # not from an Overmind load: no stable key
     m, w = _quiet_load(build_with, plain_module)
-    assert m is plain_module and not w and calls == [1]
+    assert m is plain_module and not w and recorded_calls() == [1]
 
 
 def test_loader_exceptions_propagate_and_release_the_claim(overmind_runtime):
@@ -205,7 +204,7 @@ def test_an_inconsistent_entry_gives_the_plain_result(overmind_runtime, sealed_m
     client = client_mod.get_client()
     assert client.get(ck.key, claim=True, wait=False).status == "claimed"
     client.publish(ck.key, sealed_memfd(b"not an overmind entry" * 300), deps=[], meta={"loader": "x"})
-    calls.clear()
+    clear_calls()
     m, w = _quiet_load(build, 20)
-    assert _plain_equal(m, 20) and calls == [20]
+    assert _plain_equal(m, 20) and recorded_calls() == [20]
     assert len(w) == 1 and "cannot rebuild entry" in str(w[0].message) and "overmind evict" in str(w[0].message)

@@ -178,8 +178,10 @@ def reducers() -> Mapping[type, list[Callable]]:
 
 
 # Hooks that run in every process whatever it imported: an entry being unpickled needs its adapters
-# before the library is imported (the unpickling imports it).
-_ALWAYS = {"overmind_before_unpickle", "overmind_after_unpickle"}
+# before the library is imported (the unpickling imports it); a key needs every adapter's stand-ins and key
+# parts whether or not its library is imported yet (a BitsAndBytesConfig reaches a key before the load
+# imports bitsandbytes). These hooks look values up in sys.modules and never import their library.
+_ALWAYS = {"overmind_before_unpickle", "overmind_after_unpickle", "overmind_key_for_value", "overmind_key_parts"}
 
 
 def _live_names() -> frozenset[str]:

@@ -10,6 +10,9 @@ Functions:
 * :func:`run_fresh` runs a script in a fresh interpreter (spawned, never forked) against the same server
   and returns what the script passed to :func:`report`.
 * :func:`overmind_mapped` tells whether an address lies in an Overmind memfd mapping (``/proc/self/maps``).
+* :func:`record_call`, :func:`recorded_calls` and :func:`clear_calls` count a loader's runs. A loader that
+  appends to a list of its own module's reads that list, so the list is part of its key (and, changing with
+  every run, keeps the loader uncached); these keep the count inside Overmind, which keys never read.
 * :func:`check_targets_resolve` and :func:`check_patch_symmetry` are the conformance checks every adapter
   should pass::
 
@@ -38,6 +41,21 @@ import pytest
 from .server.launcher import server_pids  # noqa: F401  (re-exported for tests)
 
 RESULT_MARK = "OVERMIND-RESULT:"
+_CALLS: dict[str, list] = {}
+
+
+def record_call(value: Any, log: str = "calls") -> None:
+    """Note that a loader ran (with ``value``); see :func:`recorded_calls`."""
+    _CALLS.setdefault(log, []).append(value)
+
+
+def recorded_calls(log: str = "calls") -> list:
+    """The values :func:`record_call` noted in this process, oldest first (a copy)."""
+    return list(_CALLS.get(log, ()))
+
+
+def clear_calls(log: str = "calls") -> None:
+    _CALLS.pop(log, None)
 
 
 @contextlib.contextmanager

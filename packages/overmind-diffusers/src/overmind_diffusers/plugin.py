@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import sys
 from typing import Any
 
 import overmind
@@ -53,6 +54,8 @@ def _roots() -> tuple[type, ...]:
 
 def _owns(loader: Any) -> bool:
     owner = getattr(loader, "owner", None)
+    if "diffusers" not in sys.modules:
+        return False  # no diffusers class exists yet; resolving the roots would import diffusers
     return isinstance(owner, type) and issubclass(owner, _roots())
 
 

@@ -10,6 +10,7 @@ model entry's weights instead of copying them.
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Any
 
 import overmind
@@ -59,6 +60,8 @@ def _is_model_loader(owner: type) -> bool:
 
 def _owns(loader: Any) -> bool:
     owner = getattr(loader, "owner", None)
+    if "transformers" not in sys.modules:
+        return False  # no transformers class exists yet; resolving the roots would import transformers
     return isinstance(owner, type) and issubclass(owner, _roots())
 
 
