@@ -8,23 +8,45 @@
 ...     fd = res.fds[res.entry["entry_id"]]   # the caller owns every fd in res.fds and closes it
 
 Claims belong to a connection, so each thread gets its own connection (``threading.local``): the thread
-that got ``claimed`` must ``publish`` or ``release`` itself. A forked child never reuses its parent's
-connections. If the server died, a request reconnects once, starting a new server when ``autostart``.
+that got ``claimed`` must ``publish`` or ``release`` itself.
+
+A request is atomic from the caller's side. It either returns the reply to *that* request (every request
+carries an id the reply must echo, and a ``get`` reply names its key), or it raises, and then the
+connection is gone: whatever the server still had to say on it, and every claim it held, went with it (the
+server releases a connection's claims when it closes). So an exception raised in the middle of a request
+(Ctrl-C, a ``TimeoutError`` from the user's own signal handler) reaches the user unchanged and leaves
+nothing behind for the next request to read. Every wait is bounded (``timeouts``): a server that does not
+answer in time is dropped and the request raises ``ServerUnavailable``. The server must run as this user
+(``peer``) before anything is sent to it. A forked child closes its copies of the parent's connections at
+once (``os.register_at_fork``), so it never keeps the parent's claims alive. If the connection broke (the
+server died), a request reconnects once, starting a new server when ``autostart``.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from . import __version__, runtime
-from .errors import ProtocolMismatch, ServerError, ServerUnavailable
-from .protocol import PROTOCOL_VERSION, FrameError, close_fds, recv_message, send_message
+from . import __version__, peer, runtime, timeouts
+from .errors import OvermindError, ProtocolMismatch, ServerError, ServerUnavailable
+from .protocol import PROTOCOL_VERSION, ConnectionClosed, FrameError, close_fds, recv_message, send_message
+from .transport import ReplyTimeout, TimedSocket, TransportError
 
 _STOP_WAIT_S = 10.0
+_GET_STATUSES = ("hit", "claimed", "miss", "busy")
+# The connection is broken (peer gone, reset, garbage): the request may be repeated on a new connection.
+# Only these, raised by protocol and transport themselves: an exception of the user's signal handler, even
+# an OSError, is never taken for a broken connection and retried.
+_BROKEN = (ConnectionClosed, TransportError, FrameError)
+
+
+class ReplyMismatch(ServerUnavailable):
+    """The server answered something other than the request it was asked (a protocol error)."""
 
 
 @dataclass
@@ -54,12 +76,22 @@ class Client:
         self.log_path = runtime.log_path(self.runtime_dir)
         self.autostart = autostart
         self.server_info: dict[str, Any] | None = None
+        self._ids = itertools.count(1)
         self._reset()
+        _all_clients.add(self)
 
     # ---- public requests -------------------------------------------------------------------------------
     def get(self, key: str, *, claim: bool = True, wait: bool = True, timeout: float | None = None) -> GetResult:
-        """Look ``key`` up: ``hit`` (with fds), ``claimed`` (you load it), ``miss`` or ``busy``."""
-        reply, fds = self._request({"op": "get", "key": key, "claim": claim, "wait": wait, "timeout": timeout})
+        """Look ``key`` up: ``hit`` (with fds), ``claimed`` (you load it), ``miss`` or ``busy``.
+
+        ``timeout`` bounds the wait on another process's claim (default ``OVERMIND_WAIT_TIMEOUT``). The first
+        ask never waits, so a stopped server costs one reply timeout, not the whole wait.
+        """
+        reply, fds = self._get_once(key, claim, None)
+        if wait and reply["status"] == "busy":
+            close_fds(fds)
+            wait_s = timeouts.wait_timeout() if timeout is None else max(0.0, float(timeout))
+            reply, fds = self._get_once(key, claim, wait_s)
         if reply["status"] != "hit":
             close_fds(fds)
             return GetResult(reply["status"])
@@ -74,10 +106,25 @@ class Client:
         return reply["entry_id"]
 
     def release(self, key: str) -> bool:
-        """Give up this thread's claim on ``key`` (the load failed) so a waiter can load it."""
-        reply, fds = self._request({"op": "release", "key": key})
+        """Give up this thread's claim on ``key`` (the load failed) so a waiter can load it.
+
+        A claim lives on its connection: if that connection is already gone, so is the claim, and nothing is
+        sent (no new connection is opened just to release nothing)."""
+        if getattr(self._local, "conn", None) is None or os.getpid() != self._pid:
+            return False
+        reply, fds = self._request({"op": "release", "key": key}, retry=False)
         close_fds(fds)
         return bool(reply.get("released"))
+
+    # ---- mark_bad (server op 'bad', issue 10.8; owned by the server side) ----
+    def mark_bad(self, key: str, entry_id: str) -> bool:
+        """Tell the server entry ``entry_id`` of ``key`` does not rebuild: it stops serving it (the next get
+        is a claim, so the loader republishes) and frees it once no entry references it. False if that entry
+        no longer serves ``key``."""
+        reply, fds = self._request({"op": "bad", "key": key, "entry_id": entry_id})
+        close_fds(fds)
+        return bool(reply.get("marked"))
+    # ---- end mark_bad ----
 
     def fds(self, entry_ids: Iterable[str]) -> dict[str, int]:
         """Fresh fds of ``entry_ids`` (caller closes them); ``ServerError`` if one is no longer cached."""
@@ -105,17 +152,11 @@ class Client:
 
         Never starts a server; raises ``ServerUnavailable`` if none is running.
         """
-        conn = self._connection(autostart=False)
-        try:
-            send_message(conn, {"op": "stop"})
-            reply, fds = recv_message(conn)
-            close_fds(fds)
-        except (OSError, FrameError) as exc:
-            raise ServerUnavailable(f"overmind: the server went away while stopping ({exc}); see {self.log_path}")
-        finally:
-            self._drop_connection()
+        self._connection(autostart=False)
+        reply = self._plain({"op": "stop"}, retry=False)
+        self._drop_connection()
         _wait_server_gone(self.runtime_dir, self.socket_path)
-        return {k: v for k, v in reply.items() if k != "ok"}
+        return reply
 
     def close(self) -> None:
         """Close every connection this process opened through this client."""
@@ -125,6 +166,92 @@ class Client:
             conn.close()
         self._local = threading.local()
 
+    # ---- one request -----------------------------------------------------------------------------------
+    def _get_once(self, key: str, claim: bool, wait_s: float | None) -> tuple[dict[str, Any], list[int]]:
+        msg = {"op": "get", "key": key, "claim": claim, "wait": wait_s is not None, "timeout": wait_s}
+        # The server answers a waiting get within wait_s; one reply timeout more covers the trip.
+        budget = None if wait_s is None else wait_s + timeouts.reply_timeout()
+        reply, fds = self._request(msg, timeout=budget)
+        status, entry = reply.get("status"), reply.get("entry")
+        if (reply.get("key") != key or status not in _GET_STATUSES
+                or (status == "hit" and not (isinstance(entry, dict) and entry.get("key") == key))):
+            close_fds(fds)
+            self._drop_connection()
+            raise ReplyMismatch(
+                f"overmind: the server answered a get of {key[:12]} with {_describe(reply)}; that is not an "
+                f"answer to this request, so it was not used and the connection was dropped. If this repeats, "
+                f"run 'overmind stop' and report it with {self.log_path}.")
+        return reply, fds
+
+    def _request(self, msg: dict[str, Any], fds: list[int] = (), *, timeout: float | None = None,
+                 retry: bool = True) -> tuple[dict[str, Any], list[int]]:
+        """Send ``msg`` on this thread's connection and return the reply to it.
+
+        Any exception drops the connection. A broken connection is retried once (when ``retry``) on a new
+        one: the old one's claims died with it, so asking again is the same as asking for the first time.
+        """
+        request_id = next(self._ids)
+        msg = dict(msg, id=request_id)
+        seconds = timeouts.reply_timeout() if timeout is None else timeout
+        for attempt in (1, 2):
+            conn = self._connection()
+            try:
+                reply, got = self._exchange(conn, msg, fds, seconds)
+                break
+            except _BROKEN as exc:
+                self._drop_connection()
+                if attempt == 2 or not retry:
+                    raise ServerUnavailable(
+                        f"overmind: lost the connection to the server at {self.socket_path} ({exc})"
+                        f"{' twice' if attempt == 2 else ''}. Run 'overmind status', and see {self.log_path}."
+                    ) from None
+            except ReplyTimeout:
+                self._drop_connection()
+                raise ServerUnavailable(self._no_answer(msg["op"], seconds)) from None
+            except BaseException:
+                self._drop_connection()  # whatever the server still sends on it is never read
+                raise
+        try:
+            if reply.get("id") != request_id:
+                self._drop_connection()
+                raise ReplyMismatch(
+                    f"overmind: the server answered request {request_id} ({msg['op']}) with a reply to "
+                    f"{reply.get('id')!r}; it was not used and the connection was dropped. If this repeats, "
+                    f"run 'overmind stop' (an older server may still run) and see {self.log_path}.")
+            if not reply.get("ok"):
+                raise ServerError(f"overmind: {reply.get('error') or 'the server refused ' + repr(msg['op'])}",
+                                  reply.get("reason"))
+        except BaseException:
+            close_fds(got)
+            raise
+        return reply, got
+
+    @staticmethod
+    def _exchange(conn: socket.socket, msg: dict[str, Any], fds: Iterable[int],
+                  seconds: float) -> tuple[dict[str, Any], list[int]]:
+        timed = TimedSocket(conn, seconds)
+        send_message(timed, msg, fds)  # type: ignore[arg-type]
+        return recv_message(timed)  # type: ignore[arg-type]
+
+    def _plain(self, msg: dict[str, Any], retry: bool = True) -> dict[str, Any]:
+        reply, fds = self._request(msg, retry=retry)
+        close_fds(fds)
+        return {k: v for k, v in reply.items() if k not in ("ok", "id")}
+
+    def _no_answer(self, op: str, seconds: float) -> str:
+        pid = (self.server_info or {}).get("server_pid", "?")
+        return (f"overmind: the server (pid {pid}) did not answer '{op}' within {seconds:g} s; it may be "
+                f"stopped (kill -STOP, Ctrl-Z on 'overmind serve', a debugger) or overloaded. The connection "
+                f"was dropped. Resume or restart it ('overmind stop'), or raise {timeouts.ENV_REPLY}.")
+
+    @staticmethod
+    def _pair(ids: list[str], fds: list[int]) -> dict[str, int]:
+        if len(ids) != len(fds):
+            close_fds(fds)
+            raise ServerError(f"overmind: the server sent {len(fds)} fds for {len(ids)} entries; the process "
+                              f"may be at its open-file limit (ulimit -n).", "fd count")
+        return dict(zip(ids, fds))
+
     # ---- connections -----------------------------------------------------------------------------------
     def _reset(self) -> None:
         self._pid = os.getpid()
@@ -133,9 +260,11 @@ class Client:
         self._conns: list[socket.socket] = []
 
     def _after_fork(self) -> None:
-        # The child's copies of the parent's sockets must not be used (the parent's server state, claims
-        # and replies are on them); closing the copies leaves the parent's connections untouched.
-        for conn in self._conns:
+        # The child's copies of the parent's sockets must not be used (the parent's claims and replies are on
+        # them) nor kept open (a claim lives as long as any copy of its connection): close the copies, which
+        # leaves the parent's connections untouched. The lock is not taken: another thread may have held it
+        # at fork time.
+        for conn in list(self._conns):
             try:
                 conn.close()
             except OSError:
@@ -164,31 +293,34 @@ class Client:
         conn.close()
 
     def _connect(self, autostart: bool) -> socket.socket:
+        seconds = timeouts.reply_timeout()
         if autostart:
-            from .server.launcher import ensure_server
-
-            ensure_server(self.runtime_dir)
+            _ensure_server(self.runtime_dir)
+        peer.check_socket_file(self.socket_path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
-            sock.connect(self.socket_path)
-        except OSError as exc:
-            sock.close()
-            hint = ("it may have just exited; try again, or run 'overmind status'" if autostart else
-                    "start one with 'overmind serve', or let overmind start it (autostart)")
-            raise ServerUnavailable(
-                f"overmind: no server accepts connections at {self.socket_path} ({exc.strerror}); {hint}."
-            ) from None
-        try:
-            send_message(sock, {"op": "hello", "protocol": PROTOCOL_VERSION, "pid": os.getpid(),
-                                "version": __version__})
-            reply, fds = recv_message(sock)
+            server_pid = self._open(sock, autostart)
+            timed = TimedSocket(sock, seconds)
+            send_message(timed, {"op": "hello", "protocol": PROTOCOL_VERSION, "pid": os.getpid(),  # type: ignore
+                                 "version": __version__})
+            reply, fds = recv_message(timed)  # type: ignore[arg-type]
             close_fds(fds)
-        except (OSError, FrameError) as exc:
+        except OvermindError:
+            sock.close()
+            raise
+        except ReplyTimeout:
+            sock.close()
+            self.server_info = {"server_pid": server_pid}
+            raise ServerUnavailable(self._no_answer("hello", seconds)) from None
+        except _BROKEN as exc:
             sock.close()
             raise ServerUnavailable(
                 f"overmind: the server at {self.socket_path} closed the connection during hello ({exc}); "
-                f"it may run as another user or be broken. See {self.log_path}."
+                f"it may be broken or stopping. See {self.log_path}."
             ) from None
+        except BaseException:
+            sock.close()
+            raise
         if not reply.get("ok") or reply.get("protocol") != PROTOCOL_VERSION:
             sock.close()
             if reply.get("reason") == "protocol" or reply.get("protocol") != PROTOCOL_VERSION:
@@ -196,44 +328,47 @@ class Client:
                     f"overmind: the server speaks protocol {reply.get('protocol')!r}, this client "
                     f"{PROTOCOL_VERSION}. Run 'overmind stop' so a matching server starts."))
             raise ServerError(reply.get("error", "the server refused hello"), reply.get("reason"))
-        self.server_info = {k: v for k, v in reply.items() if k != "ok"}
+        self.server_info = {k: v for k, v in reply.items() if k not in ("ok", "id")}
         return sock
 
-    def _request(self, msg: dict[str, Any], fds: list[int] = ()) -> tuple[dict[str, Any], list[int]]:
-        """Send ``msg`` on this thread's connection; reconnect once if the connection broke."""
-        for attempt in (1, 2):
-            conn = self._connection()
-            try:
-                send_message(conn, msg, fds)
-                reply, got = recv_message(conn)
-                break
-            except (OSError, FrameError) as exc:
-                # The server died or restarted. Claims on the old connection died with it, so repeating the
-                # request on a fresh connection is the same as asking for the first time.
-                self._drop_connection()
-                if attempt == 2:
-                    raise ServerUnavailable(
-                        f"overmind: lost the connection to the server at {self.socket_path} ({exc}) twice. "
-                        f"Run 'overmind status', and see {self.log_path}."
-                    ) from None
-        if not reply.get("ok"):
-            close_fds(got)
-            raise ServerError(f"overmind: {reply.get('error') or 'the server refused ' + repr(msg['op'])}",
-                              reply.get("reason"))
-        return reply, got
+    def _open(self, sock: socket.socket, autostart: bool) -> int:
+        """Connect ``sock`` without blocking and check who listens; returns the server's pid."""
+        sock.setblocking(False)  # a stopped server's full backlog must not block connect()
+        try:
+            sock.connect(self.socket_path)
+        except BlockingIOError:
+            raise ServerUnavailable(
+                f"overmind: the server at {self.socket_path} accepts no connections (its queue is full); it "
+                f"may be stopped (kill -STOP, Ctrl-Z on 'overmind serve') or overloaded. Resume it or run "
+                f"'overmind stop'.") from None
+        except OSError as exc:
+            if exc.errno is None:
+                raise
+            hint = ("it may have just exited; try again, or run 'overmind status'" if autostart else
+                    "start one with 'overmind serve', or let overmind start it (autostart)")
+            raise ServerUnavailable(
+                f"overmind: no server accepts connections at {self.socket_path} ({exc.strerror}); {hint}."
+            ) from None
+        return peer.check_peer(sock, self.socket_path)
 
-    def _plain(self, msg: dict[str, Any]) -> dict[str, Any]:
-        reply, fds = self._request(msg)
-        close_fds(fds)
-        return {k: v for k, v in reply.items() if k != "ok"}
 
-    @staticmethod
-    def _pair(ids: list[str], fds: list[int]) -> dict[str, int]:
-        if len(ids) != len(fds):
-            close_fds(fds)
-            raise ServerError(f"overmind: the server sent {len(fds)} fds for {len(ids)} entries; the process "
-                              f"may be at its open-file limit (ulimit -n).", "fd count")
-        return dict(zip(ids, fds))
+def _ensure_server(runtime_dir: str) -> None:
+    """Start the server if none runs; whatever goes wrong is a ``ServerUnavailable`` saying what and why."""
+    from .server.launcher import ensure_server
+
+    try:
+        ensure_server(runtime_dir)
+    except OvermindError:
+        raise
+    except Exception as exc:  # a launcher bug or an unforeseen OS refusal must not reach the user's load
+        raise ServerUnavailable(
+            f"overmind: could not start the server for {runtime_dir} ({type(exc).__name__}: {exc}). "
+            f"Run 'overmind doctor' to check the setup.") from exc
+
+
+def _describe(reply: dict[str, Any]) -> str:
+    shown = {k: reply.get(k) for k in ("id", "status", "key") if k in reply}
+    return f"a reply {shown}" if shown else "a reply without a status"
 
 
 def _wait_server_gone(runtime_dir: str, socket_path: str) -> None:
@@ -250,6 +385,7 @@ def _wait_server_gone(runtime_dir: str, socket_path: str) -> None:
 # ---- the per-process client --------------------------------------------------------------------------
 _clients: dict[str, Client] = {}
 _clients_lock = threading.Lock()
+_all_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
 
 
 def get_client() -> Client:
@@ -265,6 +401,8 @@ def get_client() -> Client:
 def _reinit_after_fork() -> None:
     global _clients_lock
     _clients_lock = threading.Lock()  # another thread may have held it at fork time
+    for client in list(_all_clients):
+        client._after_fork()  # at once: a child that never uses overmind must not hold the parent's claims
 
 
 os.register_at_fork(after_in_child=_reinit_after_fork)

@@ -7,25 +7,25 @@ process, and never in another object loaded from the same entry in this process.
 from __future__ import annotations
 
 import ctypes
-import mmap
 import os
 
 import torch
 
 from .. import zerocopy
 from . import mappings
+from .fdless import map_private
 from .layout import Layout
 
 
 class EntryMapping:
-    """One private mapping of one entry's memfd."""
+    """One private mapping of one entry's memfd; it holds no fd (the caller closes ``fd`` when done)."""
 
     __slots__ = ("entry_id", "mm", "layout", "address", "_view", "__weakref__")
 
     def __init__(self, entry_id: str, fd: int):
         size = os.fstat(fd).st_size
         self.entry_id = entry_id
-        self.mm = mmap.mmap(fd, size, access=mmap.ACCESS_COPY)
+        self.mm = map_private(fd, size)
         self.layout = Layout.unpack(self.mm, size)
         probe = ctypes.c_char.from_buffer(self.mm)
         self.address = ctypes.addressof(probe)
