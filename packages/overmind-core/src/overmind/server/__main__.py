@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import logging.handlers
 import sys
 
 from .. import runtime
 from ..errors import OvermindError
 from .budget import ENV_MAX_BYTES, max_bytes_from_env, parse_size
 from .daemon import EXIT_ALREADY_RUNNING, AlreadyRunning, Server
+from .limits import Limits
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,12 +28,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         directory = runtime.runtime_dir(args.runtime_dir)
         max_bytes = parse_size(args.max_bytes) if args.max_bytes else max_bytes_from_env()
+        limits = Limits.from_env()
     except (OvermindError, ValueError) as exc:
         print(f"overmind server: {exc}", file=sys.stderr)
         return 2
     _setup_logging(runtime.log_path(directory), args.foreground)
     try:
-        Server(directory, max_bytes).serve_forever()
+        Server(directory, max_bytes, limits).serve_forever()
     except AlreadyRunning as exc:
         print(exc, file=sys.stderr)
         return EXIT_ALREADY_RUNNING
@@ -46,7 +49,8 @@ def _setup_logging(path: str, foreground: bool) -> None:
     fmt = logging.Formatter("%(asctime)s pid %(process)d %(threadName)s %(levelname)s %(message)s")
     logger = logging.getLogger("overmind.server")
     logger.setLevel(logging.INFO)
-    handler = logging.FileHandler(path)
+    # Reopened when a tmp cleaner removes it, like the socket the server re-creates.
+    handler = logging.handlers.WatchedFileHandler(path)
     handler.setFormatter(fmt)
     logger.addHandler(handler)
     if foreground:

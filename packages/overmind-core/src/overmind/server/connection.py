@@ -1,7 +1,10 @@
-"""One client connection of the server: peer check, hello, then one request at a time until it closes.
+"""One client connection of the server: hello, then one request at a time, answered without blocking.
 
-Each connection runs in its own thread. The handler only validates requests and turns them into calls on
-the ``Store``; it never unpickles or interprets client data beyond the JSON of the request.
+The server's event loop (``daemon.Server``) reads and writes the socket; a ``Connection`` turns each whole
+request into a call on the ``Store`` and queues the reply. A ``get`` that finds another connection's claim
+is parked (``waiting``) and answered later, when the key is published or released or its timeout passes,
+so no thread is tied up by a waiting client. The handler never unpickles or interprets client data beyond
+the JSON of the request.
 """
 from __future__ import annotations
 
@@ -11,11 +14,13 @@ import socket
 import struct
 import sys
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
-from ..protocol import PROTOCOL_VERSION, ConnectionClosed, FrameError, close_fds, recv_message, send_message
-from .entries import StoreError
+from ..protocol import PROTOCOL_VERSION, close_fds
+from .entries import GetOutcome, StoreError
+from .wire import FrameReader, Outbox
 
 if TYPE_CHECKING:
     from .daemon import Server
@@ -37,125 +42,174 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
     return _PEERCRED.unpack(raw)
 
 
-class Connection:
-    """Serves one accepted socket; ``run`` returns when the client goes away or asks the server to stop."""
+@dataclass
+class Waiting:
+    """A ``get`` parked on another connection's claim."""
 
-    def __init__(self, server: "Server", sock: socket.socket, conn_id: int) -> None:
+    msg: dict[str, Any]
+    key: str
+    claim: bool
+    deadline: float | None  # monotonic; None waits for as long as the claim is held
+
+
+class Connection:
+    """State of one accepted socket; the server calls ``take``/``retry``/``expire`` and sends ``outbox``."""
+
+    def __init__(self, server: "Server", sock: socket.socket, conn_id: int, peer_pid: int) -> None:
         self.server = server
         self.store = server.store
         self.sock = sock
         self.conn_id = conn_id
-        self.peer_pid = -1
+        self.peer_pid = peer_pid
+        self.reader = FrameReader(sock, server.limits, server.buffer_budget)
+        self.outbox = Outbox()
+        self.greeted = False
+        self.last_active = self.accepted = time.monotonic()
+        self.pending: tuple[dict[str, Any], list[int]] | None = None  # a whole request not yet handled
+        self.waiting: Waiting | None = None
+        self.parked = False  # the reader waits for room in the shared buffer budget
+        self.closing = False  # close once the outbox is sent (after 'stop' or a refused hello)
 
-    def run(self) -> None:
-        """Check the peer, require hello, then answer requests; always releases this connection's claims."""
-        counted = False
-        try:
-            pid, uid, _gid = peer_credentials(self.sock)
-            self.peer_pid = pid
-            if uid != os.getuid():
-                log.warning("refused connection from pid %d: it runs as uid %d, this server serves only uid %d "
-                            "(the runtime directory should not be reachable by other users; check its mode)",
-                            pid, uid, os.getuid())
-                return
-            if not self._hello():
-                return
-            self.server.client_count(+1)
-            counted = True
-            while self._serve_one():
-                pass
-        except ConnectionClosed:
-            pass
-        except FrameError as exc:
-            log.warning("closing connection %d (pid %d): %s", self.conn_id, self.peer_pid, exc)
-        except OSError as exc:
-            log.info("connection %d (pid %d) failed: %s", self.conn_id, self.peer_pid, exc)
-        except Exception:
-            log.exception("connection %d (pid %d) crashed; its claims are released", self.conn_id, self.peer_pid)
-        finally:
-            self.store.release_all(self.conn_id, f"connection {self.conn_id} (pid {self.peer_pid})")
-            if counted:
-                self.server.client_count(-1)
-            self.sock.close()
+    def __repr__(self) -> str:
+        return f"connection {self.conn_id} (pid {self.peer_pid})"
 
-    def _hello(self) -> bool:
-        msg, fds = recv_message(self.sock)
-        close_fds(fds)
-        if msg.get("op") != "hello":
-            self._reply({"ok": False, "reason": "bad request",
-                         "error": "the first request on a connection must be 'hello'; use overmind.client"})
+    # ---- what the event loop asks ----------------------------------------------------------------------
+    @property
+    def wants_read(self) -> bool:
+        # One request at a time: a second one stays in the kernel's buffer until the first is answered.
+        # A connection parked on a claim keeps reading, so that its client closing is noticed at once.
+        return not self.closing and not self.parked and self.pending is None
+
+    @property
+    def busy(self) -> bool:
+        """Whether the connection is in the middle of something (not idle)."""
+        return (self.waiting is not None or self.pending is not None or bool(self.outbox)
+                or self.reader.mid_frame or self.parked or self.store.holds_claims(self.conn_id))
+
+    def take(self, request: tuple[dict[str, Any], list[int]]) -> None:
+        """A whole request arrived; handle it now if the previous one is answered, else keep it."""
+        self.last_active = time.monotonic()
+        self.pending = request
+        self.advance()
+
+    def advance(self) -> None:
+        """Handle the kept request if nothing is in the way (a parked get, an unsent reply)."""
+        if self.pending is None or self.waiting is not None or self.outbox or self.closing:
+            return
+        msg, fds = self.pending
+        self.pending = None
+        if not self.greeted:
+            close_fds(fds)
+            self._hello(msg)
+        else:
+            self._serve(msg, fds)
+
+    def retry(self) -> bool:
+        """Ask again for the key this connection waits on; True when it got its answer."""
+        assert self.waiting is not None
+        out = self.store.get(self.waiting.key, self.conn_id, claim=self.waiting.claim)
+        if out.status == "busy":
             return False
+        self._answer_get(out)
+        return True
+
+    def expire(self) -> None:
+        """The parked get's timeout passed: answer ``busy``; the claim stays with its holder."""
+        self._answer_get(GetOutcome("busy"))
+
+    def discard(self) -> None:
+        """Free everything the connection holds (it is being closed)."""
+        self.reader.discard()
+        self.outbox.discard()
+        if self.pending is not None:
+            close_fds(self.pending[1])
+            self.pending = None
+        self.waiting = None
+
+    # ---- hello and requests ----------------------------------------------------------------------------
+    def _hello(self, msg: dict[str, Any]) -> None:
+        if msg.get("op") != "hello":
+            self._send(msg, {"ok": False, "reason": "bad request",
+                             "error": "the first request on a connection must be 'hello'; use overmind.client"})
+            self.closing = True
+            return
         theirs = msg.get("protocol")
         if theirs != PROTOCOL_VERSION:
             log.warning("refused pid %d: it speaks protocol %r, this server speaks %d", self.peer_pid, theirs,
                         PROTOCOL_VERSION)
-            self._reply({
+            self._send(msg, {
                 "ok": False, "reason": "protocol", "protocol": PROTOCOL_VERSION, "server_pid": os.getpid(),
                 "version": __version__,
                 "error": (f"protocol mismatch: the client speaks protocol {theirs!r}, the server (pid "
                           f"{os.getpid()}, overmind {__version__}) speaks {PROTOCOL_VERSION}. Stop the old "
                           f"server with 'overmind stop' so a matching one starts, or upgrade overmind."),
             })
-            return False
-        self._reply({"ok": True, "protocol": PROTOCOL_VERSION, "server_pid": os.getpid(),
-                     "version": __version__})
-        return True
+            self.closing = True
+            return
+        self.greeted = True
+        self.server.client_count(+1)
+        self._send(msg, {"ok": True, "protocol": PROTOCOL_VERSION, "server_pid": os.getpid(),
+                         "version": __version__})
 
-    def _serve_one(self) -> bool:
-        """Answer one request; False when the connection should end (after ``stop``)."""
-        msg, fds = recv_message(self.sock)
+    def _serve(self, msg: dict[str, Any], fds: list[int]) -> None:
         op = msg.get("op")
         handler = getattr(self, f"_op_{op}", None) if isinstance(op, str) else None
-        out_fds: list[int] = []
         try:
             if handler is None:
                 close_fds(fds)
                 raise BadRequest(f"unknown op {op!r}; this server (protocol {PROTOCOL_VERSION}) knows "
                                  f"{', '.join(_OPS)}")
-            # A handler owns the received fds from here on, success or not: closing them here as well could
-            # close a number another thread has meanwhile reused.
-            reply, out_fds = handler(msg, fds)
+            # A handler owns the received fds from here on, success or not.
+            answer = handler(msg, fds)
         except StoreError as exc:
-            reply = {"ok": False, "reason": exc.reason, "error": str(exc)}
-        try:
-            self._reply(reply, out_fds)
-        finally:
-            close_fds(out_fds)
+            answer = {"ok": False, "reason": exc.reason, "error": str(exc)}, []
+        if answer is None:
+            return  # a get parked on another's claim
+        reply, out_fds = answer
+        self._send(msg, reply, out_fds)
         if op == "stop":
+            self.closing = True
             self.server.request_stop(f"'stop' from pid {self.peer_pid}")
-            return False
-        return True
 
-    def _reply(self, obj: dict[str, Any], fds: list[int] = ()) -> None:
-        send_message(self.sock, obj, fds)
+    def _send(self, msg: dict[str, Any], reply: dict[str, Any], fds: list[int] = ()) -> None:
+        """Queue ``reply`` to ``msg`` (the outbox owns ``fds`` from here); it names the request it answers."""
+        if "id" in msg:
+            reply = dict(reply, id=msg["id"])
+        self.outbox.put(reply, fds)
 
-    def _alive(self) -> bool:
-        """Whether the client is still connected (used while it waits on another's claim)."""
-        try:
-            return self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
-        except BlockingIOError:
-            return True
-        except OSError:
-            return False
+    def _answer_get(self, out: GetOutcome) -> None:
+        assert self.waiting is not None
+        msg, self.waiting = self.waiting.msg, None
+        self.server.stop_waiting(self)
+        self._send(msg, *self._get_reply(msg, out))
 
-    # ---- ops: each takes (msg, received fds) and returns (reply, fds to send) -----------------------------
-    def _op_hello(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
-        close_fds(fds)
-        return {"ok": True, "protocol": PROTOCOL_VERSION, "server_pid": os.getpid(), "version": __version__}, []
-
-    def _op_get(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
-        close_fds(fds)
-        key = _key(msg)
-        timeout = msg.get("timeout")
-        if timeout is not None and not isinstance(timeout, (int, float)):
-            raise BadRequest(f"'timeout' must be a number of seconds or null, got {timeout!r}")
-        out = self.store.get(key, self.conn_id, claim=bool(msg.get("claim", True)), wait=bool(msg.get("wait", True)),
-                             timeout=timeout, alive=self._alive)
-        reply: dict[str, Any] = {"ok": True, "status": out.status}
+    @staticmethod
+    def _get_reply(msg: dict[str, Any], out: GetOutcome) -> tuple[dict[str, Any], list[int]]:
+        reply: dict[str, Any] = {"ok": True, "status": out.status, "key": msg["key"]}
         if out.status == "hit":
             reply["entry"] = out.entry
             reply["fd_entries"] = out.fd_entries
         return reply, out.fds
+
+    # ---- ops: each takes (msg, received fds) and returns (reply, fds to send), or None when parked ---------
+    def _op_hello(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        close_fds(fds)
+        return {"ok": True, "protocol": PROTOCOL_VERSION, "server_pid": os.getpid(), "version": __version__}, []
+
+    def _op_get(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]] | None:
+        close_fds(fds)
+        key = _key(msg)
+        timeout = msg.get("timeout")
+        if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)):
+            raise BadRequest(f"'timeout' must be a number of seconds or null, got {timeout!r}")
+        claim, wait = bool(msg.get("claim", True)), bool(msg.get("wait", True))
+        out = self.store.get(key, self.conn_id, claim=claim)
+        if out.status == "busy" and wait and (timeout is None or timeout > 0):
+            deadline = None if timeout is None else time.monotonic() + timeout
+            self.waiting = Waiting(msg, key, claim, deadline)
+            self.server.start_waiting(self)
+            return None
+        return self._get_reply(msg, out)
 
     def _op_publish(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
         try:
@@ -178,6 +232,13 @@ class Connection:
         close_fds(fds)
         return {"ok": True, "released": self.store.release(_key(msg), self.conn_id)}, []
 
+    def _op_bad(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        close_fds(fds)
+        entry_id = msg.get("entry_id")
+        if not isinstance(entry_id, str):
+            raise BadRequest(f"'entry_id' must be the id of the entry that failed, got {entry_id!r}")
+        return {"ok": True, "marked": self.store.mark_bad(_key(msg), entry_id)}, []
+
     def _op_fds(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
         close_fds(fds)
         ids = msg.get("entry_ids")
@@ -192,8 +253,9 @@ class Connection:
             "ok": True, "pid": os.getpid(), "uptime": time.monotonic() - self.server.started,
             "version": __version__, "protocol": PROTOCOL_VERSION, "entries": stats["entries"],
             "bytes": stats["bytes"], "max_bytes": stats["max_bytes"], "claims": stats["claims"],
-            "waiting": stats["waiting"], "clients": self.server.clients, "runtime_dir": self.server.runtime_dir,
-            "log": self.server.log_file, "torch_imported": "torch" in sys.modules,
+            "waiting": self.server.waiting_count(), "clients": self.server.clients,
+            "runtime_dir": self.server.runtime_dir, "log": self.server.log_file,
+            "torch_imported": "torch" in sys.modules, "fds": _open_fds(),
         }, []
 
     def _op_ls(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
@@ -221,3 +283,11 @@ def _key(msg: dict) -> str:
     if not isinstance(key, str) or not key:
         raise BadRequest(f"'key' must be a non-empty string, got {key!r}")
     return key
+
+
+def _open_fds() -> int:
+    """How many fds the server holds (entries, clients, its own), for ``status`` and leak checks."""
+    try:
+        return len(os.listdir("/proc/self/fd")) - 1  # less the one listdir itself opens
+    except OSError:
+        return -1

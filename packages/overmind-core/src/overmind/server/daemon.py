@@ -1,8 +1,15 @@
-"""The server process: single-instance lock, listening socket, accept loop, orderly shutdown.
+"""The server process: single-instance lock, listening socket, one event loop, orderly shutdown.
 
-One thread per connection, no client limit. The server imports only the standard library and
-``overmind.protocol``/``runtime``/``errors``: it never imports torch and never unpickles client data, so
-a client cannot make it run code and it starts in a fraction of a second.
+One thread serves every connection through a selector, so a thread limit (RLIMIT_NPROC, a pids cgroup)
+cannot end the server and a thousand idle clients cost a thousand sockets, not a thousand threads. Nothing
+in the loop blocks: requests are read incrementally (``wire``), replies are queued and sent as the socket
+takes them, and a ``get`` waiting on another client's claim is parked until the key is published or
+released. A few times a second the loop also enforces the hello, frame and idle timeouts (``limits``) and
+checks that the runtime directory, lock and socket are still its own (``watch``).
+
+The server imports only the standard library and ``overmind.protocol``/``runtime``/``errors``: it never
+imports torch and never unpickles client data, so a client cannot make it run code and it starts in a
+fraction of a second.
 """
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ import itertools
 import logging
 import os
 import resource
+import selectors
 import signal
 import socket
 import threading
@@ -18,12 +26,20 @@ import time
 
 from .. import runtime
 from ..errors import OvermindError
-from .connection import Connection
+from ..protocol import ConnectionClosed, FrameError
+from . import watch
+from .connection import Connection, peer_credentials
 from .entries import Store
+from .limits import Limits
+from .wire import BufferBudget, FrameReader
 
 log = logging.getLogger("overmind.server")
 # Exit status of a server that found another one holding the lock; the launcher then waits for that one.
 EXIT_ALREADY_RUNNING = 3
+WATCH_EVERY_S = 0.25  # how often the runtime directory is checked (a client waits at most about this long)
+_ACCEPT_BACKOFF_S = 0.1  # after accept() fails (EMFILE, ENOMEM): stop accepting this long
+_STOP_FLUSH_S = 1.0
+_LISTENER_FD = 8192  # see _above_connections  # at shutdown, how long queued replies (the 'stop' reply) may take to go out
 
 
 class AlreadyRunning(OvermindError):
@@ -33,21 +49,31 @@ class AlreadyRunning(OvermindError):
 class Server:
     """``Server(runtime_dir, max_bytes).serve_forever()`` serves until ``stop``, SIGTERM or SIGINT."""
 
-    def __init__(self, runtime_dir: str, max_bytes: int) -> None:
+    def __init__(self, runtime_dir: str, max_bytes: int, limits: Limits | None = None) -> None:
         self.runtime_dir = runtime.runtime_dir(runtime_dir)
         self.socket_file = runtime.socket_path(self.runtime_dir)
         self.log_file = runtime.log_path(self.runtime_dir)
+        self.limits = limits or Limits.from_env()
         self.store = Store(max_bytes)
+        self.buffer_budget = BufferBudget(self.limits.max_buffered_bytes)
         self.started = time.monotonic()
         self.clients = 0
-        self._clients_lock = threading.Lock()
         self._stopping = threading.Event()
+        self._sel = selectors.DefaultSelector()
         self._listener: socket.socket | None = None
+        self._socket_identity: watch.Identity | None = None
         self._lock_file: int | None = None
+        self._watch = watch.RuntimeWatch(self.runtime_dir)
+        self._conns: dict[int, Connection] = {}  # by conn_id
+        self._events: dict[int, int] = {}  # conn_id -> selector events registered (absent: none)
+        self._waiters: dict[str, list[Connection]] = {}  # key -> connections parked on its claim, FIFO
+        self._parked: list[Connection] = []  # readers waiting for room in the buffer budget
+        self._accept_resume = 0.0
+        self._next_watch = 0.0
         self._ids = itertools.count(1)
 
     def serve_forever(self) -> None:
-        """Take the lock, bind, accept until asked to stop, then clean up."""
+        """Take the lock, bind, serve until asked to stop, then clean up."""
         self._take_lock()
         try:
             _raise_fd_limit()
@@ -55,44 +81,50 @@ class Server:
             self._install_signal_handlers()
             log.info("server pid %d serving %s (budget %d bytes)", os.getpid(), self.socket_file,
                      self.store.max_bytes)
-            self._accept_loop()
+            self._loop()
         finally:
             self._shutdown()
 
     def request_stop(self, why: str) -> None:
-        """Make the accept loop end (safe from any thread and from a signal handler)."""
+        """Make the loop end within a tick (safe from a signal handler)."""
         if self._stopping.is_set():
             return
         log.info("stopping: %s", why)
         self._stopping.set()
-        listener = self._listener
-        if listener is not None:
-            try:
-                # On Linux, shutting down a listening socket wakes a thread blocked in accept().
-                listener.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     def client_count(self, delta: int) -> None:
         """Track connected (hello'd) clients for ``status``."""
-        with self._clients_lock:
-            self.clients += delta
+        self.clients += delta
 
-    # ---- internals -------------------------------------------------------------------------------------
+    def start_waiting(self, conn: Connection) -> None:
+        assert conn.waiting is not None
+        self._waiters.setdefault(conn.waiting.key, []).append(conn)
+
+    def stop_waiting(self, conn: Connection) -> None:
+        for key, queue in list(self._waiters.items()):
+            if conn in queue:
+                queue.remove(conn)
+                if not queue:
+                    del self._waiters[key]
+
+    def waiting_count(self) -> int:
+        """Requests parked on another connection's claim (reported by ``status``)."""
+        return sum(len(q) for q in self._waiters.values())
+
+    # ---- lock and socket -------------------------------------------------------------------------------
     def _take_lock(self) -> None:
         path = runtime.server_lock_path(self.runtime_dir)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
+        fd = watch.take_lock(path)
+        if fd is None:
+            try:
+                with open(path, "rb") as f:
+                    holder = f.read(32).decode(errors="replace").strip() or "unknown"
+            except OSError:
+                holder = "unknown"
             raise AlreadyRunning(
                 f"overmind server: another server (pid {holder}) already serves {self.runtime_dir}; this one "
                 f"exits. Use 'overmind status' to inspect it or 'overmind stop' to stop it first."
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            )
         self._lock_file = fd
 
     def _bind(self) -> None:
@@ -102,16 +134,51 @@ class Server:
             log.info("removed stale socket %s", self.socket_file)
         except FileNotFoundError:
             pass
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         old_umask = os.umask(0o177)  # the socket is born 0600, with no window of wider access
         try:
             listener.bind(self.socket_file)
         finally:
             os.umask(old_umask)
         os.chmod(self.socket_file, 0o600)
+        listener = _above_connections(listener)
         listener.listen(socket.SOMAXCONN)
-        self._socket_ino = os.stat(self.socket_file).st_ino
+        listener.setblocking(False)
+        self._socket_identity = watch.identity(self.socket_file)
         self._listener = listener
+        self._sel.register(listener, selectors.EVENT_READ, None)
+
+    def _close_listener(self) -> None:
+        if self._listener is not None:
+            try:
+                self._sel.unregister(self._listener)
+            except (KeyError, ValueError):
+                pass
+            self._listener.close()
+            self._listener = None
+
+    def _check_runtime_dir(self) -> None:
+        assert self._lock_file is not None
+        verdict = self._watch.verdict(self._lock_file, self._socket_identity)
+        if verdict == watch.DIR_GONE:
+            self.request_stop(f"the runtime directory {self.runtime_dir} was removed or replaced; exiting (and "
+                              f"freeing every entry) so that a new server can start there")
+            return
+        if verdict == watch.LOCK_LOST:
+            fd = watch.take_lock(self._watch.lock_file, tries=10)
+            if fd is None:
+                self.request_stop(f"the lock file of {self.runtime_dir} was replaced and another server holds "
+                                  f"the new one; exiting in its favour")
+                return
+            os.close(self._lock_file)
+            self._lock_file = fd
+            log.warning("the lock file %s was removed; took the lock again", self._watch.lock_file)
+            verdict = self._watch.verdict(self._lock_file, self._socket_identity)
+        if verdict == watch.SOCKET_LOST:
+            self._close_listener()
+            self._bind()
+            log.warning("the socket %s was removed or replaced (a tmp cleaner?); re-created the socket",
+                        self.socket_file)
 
     def _install_signal_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -120,26 +187,176 @@ class Server:
             signal.signal(sig, lambda signum, _frame: self.request_stop(f"signal {signal.Signals(signum).name}"))
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
-    def _accept_loop(self) -> None:
-        assert self._listener is not None
+    # ---- the loop --------------------------------------------------------------------------------------
+    def _loop(self) -> None:
         while not self._stopping.is_set():
+            for key, mask in self._sel.select(self._select_timeout()):
+                if key.data is None:
+                    self._accept()
+                else:
+                    self._service(key.data, readable=bool(mask & selectors.EVENT_READ))
+            self._settle()
+            self._tick()
+
+    def _select_timeout(self) -> float:
+        now = time.monotonic()
+        soonest = self._next_watch
+        for queue in self._waiters.values():
+            for conn in queue:
+                if conn.waiting is not None and conn.waiting.deadline is not None:
+                    soonest = min(soonest, conn.waiting.deadline)
+        return max(0.0, min(WATCH_EVERY_S, soonest - now))
+
+    def _accept(self) -> None:
+        assert self._listener is not None
+        while True:
             try:
                 sock, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
             except OSError as exc:
-                if self._stopping.is_set():
-                    break
-                log.warning("accept failed: %s", exc)
-                time.sleep(0.05)  # e.g. EMFILE: back off instead of spinning
+                # EMFILE, ENFILE, ENOBUFS, ENOMEM: refuse by not accepting for a moment instead of spinning.
+                log.warning("accept failed (%s); not accepting for %.1f s", exc, _ACCEPT_BACKOFF_S)
+                self._sel.unregister(self._listener)
+                self._accept_resume = time.monotonic() + _ACCEPT_BACKOFF_S
+                return
+            try:
+                sock.setblocking(False)
+                pid, uid, _gid = peer_credentials(sock)
+            except OSError as exc:
+                log.info("dropped a connection that failed at once: %s", exc)
+                sock.close()
                 continue
-            conn = Connection(self, sock, next(self._ids))
-            threading.Thread(target=conn.run, name=f"conn-{conn.conn_id}", daemon=True).start()
+            if uid != os.getuid():
+                log.warning("refused connection from pid %d: it runs as uid %d, this server serves only uid %d "
+                            "(the runtime directory should not be reachable by other users; check its mode)",
+                            pid, uid, os.getuid())
+                sock.close()
+                continue
+            conn = Connection(self, sock, next(self._ids), pid)
+            self._conns[conn.conn_id] = conn
+            self._interest(conn)
+
+    def _service(self, conn: Connection, readable: bool) -> None:
+        """Move ``conn`` forward as far as it goes now: send replies, handle requests, read what arrived."""
+        try:
+            while True:
+                if conn.outbox and not conn.outbox.flush(conn.sock):
+                    break
+                if conn.closing:
+                    self._close(conn, None)
+                    return
+                if conn.pending is not None and conn.waiting is None:
+                    conn.advance()
+                    continue
+                if readable and conn.wants_read:
+                    got = conn.reader.read()
+                    if got is None:
+                        break
+                    if got is FrameReader.PARKED:
+                        conn.parked = True
+                        self._parked.append(conn)
+                        break
+                    conn.take(got)
+                    continue
+                break
+        except ConnectionClosed:
+            self._close(conn, None)
+            return
+        except FrameError as exc:
+            self._close(conn, f"closing {conn}: {exc}", logging.WARNING)
+            return
+        except OSError as exc:
+            self._close(conn, f"{conn} failed: {exc}")
+            return
+        except Exception:
+            log.exception("%s crashed; it is closed and its claims are released", conn)
+            self._close(conn, None)
+            return
+        self._interest(conn)
+
+    def _interest(self, conn: Connection) -> None:
+        if conn.conn_id not in self._conns:
+            return
+        want = (selectors.EVENT_READ if conn.wants_read else 0) | (selectors.EVENT_WRITE if conn.outbox else 0)
+        have = self._events.get(conn.conn_id)
+        if want == (have or 0):
+            return
+        if not want:
+            self._sel.unregister(conn.sock)
+            del self._events[conn.conn_id]
+        elif have is None:
+            self._sel.register(conn.sock, want, conn)
+            self._events[conn.conn_id] = want
+        else:
+            self._sel.modify(conn.sock, want, conn)
+            self._events[conn.conn_id] = want
+
+    def _close(self, conn: Connection, why: str | None, level: int = logging.INFO) -> None:
+        if self._conns.pop(conn.conn_id, None) is None:
+            return
+        if why:
+            log.log(level, "%s", why)
+        if self._events.pop(conn.conn_id, None) is not None:
+            self._sel.unregister(conn.sock)
+        if conn in self._parked:
+            self._parked.remove(conn)
+        self.stop_waiting(conn)
+        conn.discard()
+        self.store.release_all(conn.conn_id, repr(conn))
+        if conn.greeted:
+            self.client_count(-1)
+        conn.sock.close()
+
+    def _settle(self) -> None:
+        """Answer the parked gets whose key was published or released, until nothing else changes."""
+        changed = self.store.take_changed()
+        while changed:
+            for key in changed:
+                for conn in list(self._waiters.get(key, ())):
+                    if conn.conn_id in self._conns and conn.waiting is not None and conn.retry():
+                        self._service(conn, readable=False)
+            changed = self.store.take_changed()
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        if self._listener is not None and self._accept_resume and now >= self._accept_resume:
+            self._accept_resume = 0.0
+            self._sel.register(self._listener, selectors.EVENT_READ, None)
+        for queue in list(self._waiters.values()):
+            for conn in list(queue):
+                if conn.waiting is not None and conn.waiting.deadline is not None and now >= conn.waiting.deadline:
+                    conn.expire()
+                    self._service(conn, readable=False)
+        if self._parked:
+            parked, self._parked = self._parked, []
+            for conn in parked:
+                conn.parked = False
+                self._service(conn, readable=True)
+        self._settle()
+        if now < self._next_watch:
+            return
+        self._next_watch = now + WATCH_EVERY_S
+        limits = self.limits
+        for conn in list(self._conns.values()):
+            if not conn.greeted and now - conn.accepted > limits.hello_timeout:
+                self._close(conn, f"closing {conn}: no hello within {limits.hello_timeout:g} s")
+            elif conn.reader.started is not None and now - conn.reader.started > limits.frame_timeout:
+                self._close(conn, f"closing {conn}: a frame begun {limits.frame_timeout:g} s ago is still "
+                            f"incomplete", logging.WARNING)
+            elif not conn.busy and now - conn.last_active > limits.idle_timeout:
+                self._close(conn, f"closing {conn}: idle for {limits.idle_timeout:g} s and holding nothing")
+        self._settle()
+        self._check_runtime_dir()
 
     def _shutdown(self) -> None:
-        if self._listener is not None:
-            self._listener.close()
+        self._flush_for_stop()
+        for conn in list(self._conns.values()):
+            self._close(conn, None)
+        self._close_listener()
+        if self._socket_identity is not None and watch.identity(self.socket_file) == self._socket_identity:
             try:
-                if os.stat(self.socket_file).st_ino == self._socket_ino:
-                    os.unlink(self.socket_file)
+                os.unlink(self.socket_file)
             except FileNotFoundError:
                 pass
         self.store.close_all()
@@ -148,6 +365,34 @@ class Server:
             os.close(self._lock_file)
             self._lock_file = None
         log.info("server pid %d stopped", os.getpid())
+
+    def _flush_for_stop(self) -> None:
+        deadline = time.monotonic() + _STOP_FLUSH_S
+        for conn in list(self._conns.values()):
+            while conn.outbox and time.monotonic() < deadline:
+                try:
+                    if not conn.outbox.flush(conn.sock):
+                        time.sleep(0.005)
+                except (ConnectionClosed, OSError):
+                    break
+
+
+def _above_connections(listener: socket.socket) -> socket.socket:
+    """``listener`` moved to a high fd number, above the fds of connections and entries.
+
+    When the server dies (SIGKILL, a crash) Linux releases its files highest fd first (task work runs last
+    in, first out); with the listener highest, the socket refuses connections before any client sees its connection
+    end, so a client that reconnects at once gets ECONNREFUSED (and starts a new server) instead of being
+    queued in a dying backlog and reset during hello. Where the fd cannot be moved, nothing changes.
+    """
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = min(_LISTENER_FD, soft - 1) if soft != resource.RLIM_INFINITY else _LISTENER_FD
+    try:
+        high = fcntl.fcntl(listener.fileno(), fcntl.F_DUPFD_CLOEXEC, target)
+    except OSError:
+        return listener
+    listener.close()
+    return socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=high)
 
 
 def _raise_fd_limit() -> None:

@@ -1,30 +1,30 @@
 """The server's state: published entries, per-connection claims (singleflight), budget and LRU eviction.
 
-One lock guards everything; a ``threading.Condition`` on it wakes waiters when a key is published or its
-claim released. Nothing here touches sockets: the connection handler passes an opaque ``owner`` (its
-connection id) and gets back plain data and duplicated fds it must close after sending.
+The server runs in one thread, so nothing here locks and nothing blocks: a ``get`` that finds another
+owner's claim answers ``busy`` at once, and the server parks the request itself; ``take_changed`` names the
+keys whose claim went away or that were published since it was last called, so the server knows which
+parked requests to ask again. Nothing here touches sockets: the connection handler passes an opaque
+``owner`` (its connection id) and gets back plain data and duplicated fds it must close after sending.
 
-Fds handed out are ``os.dup``s taken under the lock, so an eviction racing with a send cannot close an fd
-that is in flight; evicting an entry only closes the server's own fd, and mappings clients already made
-keep the memory alive.
+Fds handed out are ``os.dup``s, so an eviction before the reply is sent cannot close an fd in flight;
+evicting an entry only closes the server's own fd, and mappings clients already made keep the memory
+alive. Entry ids carry a random nonce of this server, so an id seen from an earlier server is unknown here
+(never another entry of the same name). An entry marked bad (a client could not rebuild it) is no longer
+served under its key; it stays, for the entries that reference it, until the last of them goes.
 """
 from __future__ import annotations
 
 import itertools
 import logging
 import os
-import threading
+import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from . import sealing
 
 log = logging.getLogger("overmind.server")
-
-# While waiting on a claimed key, re-check this often whether the waiting client is still connected, so a
-# waiter that died does not later inherit the claim and hold it for nobody.
-_ALIVE_CHECK_S = 0.5
 
 
 class StoreError(Exception):
@@ -50,6 +50,7 @@ class Entry:
     lru: int
     hits: int = 0
     referenced_by: set[str] = field(default_factory=set)
+    bad: bool = False  # out of service: kept only while other entries reference it
 
     def public(self) -> dict[str, Any]:
         """The fields a ``hit`` reply carries."""
@@ -77,72 +78,61 @@ class Store:
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
         self._by_key: dict[str, Entry] = {}
         self._by_id: dict[str, Entry] = {}
         self._claims: dict[str, int] = {}
         self._used = 0
-        self._waiting = 0  # requests blocked on another connection's claim (reported by status)
+        self._changed: set[str] = set()
+        self._nonce = secrets.token_hex(4)
         self._ids = itertools.count(1)
         self._ticks = itertools.count(1)
 
     # ---- get / claim / release -------------------------------------------------------------------------
-    def get(self, key: str, owner: int, *, claim: bool, wait: bool, timeout: float | None,
-            alive: Callable[[], bool] = lambda: True) -> GetOutcome:
-        """Hit, claim, miss or busy, per the protocol's ``get``; blocks while another owner loads ``key``."""
-        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
-        with self._changed:
-            while True:
-                entry = self._by_key.get(key)
-                if entry is not None:
-                    self._touch(entry)
-                    entry.hits += 1
-                    ids = self._closure([entry.entry_id])
-                    return GetOutcome("hit", entry.public(), ids, self._dup(ids))
-                holder = self._claims.get(key)
-                if holder is None or holder == owner:
-                    # The same connection asking again is a nested load of the key it is already loading;
-                    # making it wait for itself would deadlock, so it keeps its claim.
-                    if not claim:
-                        return GetOutcome("miss")
-                    self._claims[key] = owner
-                    return GetOutcome("claimed")
-                if not wait:
-                    return GetOutcome("busy")
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return GetOutcome("busy")
-                if not alive():
-                    return GetOutcome("busy")
-                slice_s = _ALIVE_CHECK_S if remaining is None else min(_ALIVE_CHECK_S, remaining)
-                self._waiting += 1
-                try:
-                    self._changed.wait(slice_s)
-                finally:
-                    self._waiting -= 1
+    def get(self, key: str, owner: int, *, claim: bool) -> GetOutcome:
+        """Hit, claim or miss per the protocol's ``get``; ``busy`` while another owner holds the claim."""
+        entry = self._by_key.get(key)
+        if entry is not None:
+            self._touch(entry)
+            entry.hits += 1
+            ids = self._closure([entry.entry_id])
+            return GetOutcome("hit", entry.public(), ids, self._dup(ids))
+        holder = self._claims.get(key)
+        if holder is not None and holder != owner:
+            return GetOutcome("busy")
+        # The same connection asking again is a nested load of the key it is already loading; making it
+        # wait for itself would deadlock, so it keeps its claim.
+        if not claim:
+            return GetOutcome("miss")
+        self._claims[key] = owner
+        return GetOutcome("claimed")
+
+    def take_changed(self) -> set[str]:
+        """Keys published or released since the last call: requests parked on them may now proceed."""
+        changed, self._changed = self._changed, set()
+        return changed
+
+    def holds_claims(self, owner: int) -> bool:
+        """Whether ``owner`` holds any claim (its connection must then stay open, however idle)."""
+        return owner in self._claims.values()
 
     def release(self, key: str, owner: int) -> bool:
         """Drop ``owner``'s claim on ``key`` (its loader failed); one waiter then gets ``claimed``."""
-        with self._changed:
-            if self._claims.get(key) != owner:
-                return False
-            del self._claims[key]
-            self._changed.notify_all()
-            return True
+        if self._claims.get(key) != owner:
+            return False
+        del self._claims[key]
+        self._changed.add(key)
+        return True
 
     def release_all(self, owner: int, who: str = "") -> list[str]:
         """Drop every claim of ``owner`` (its connection closed); returns the keys released."""
-        with self._changed:
-            keys = [k for k, o in self._claims.items() if o == owner]
-            if keys:
-                # Logged under the lock, so the line is in the log before any waiter can act on the release.
-                log.info("%s closed holding claims on %d keys; released them", who or f"owner {owner}", len(keys))
-            for k in keys:
-                del self._claims[k]
-            if keys:
-                self._changed.notify_all()
-            return keys
+        keys = [k for k, o in self._claims.items() if o == owner]
+        if keys:
+            # Logged before any waiter is answered, so the line is in the log before it can act on the release.
+            log.info("%s closed holding claims on %d keys; released them", who or f"owner {owner}", len(keys))
+        for k in keys:
+            del self._claims[k]
+        self._changed.update(keys)
+        return keys
 
     # ---- publish ---------------------------------------------------------------------------------------
     def publish(self, key: str, owner: int, fd: int, deps: list[str], meta: dict[str, Any]) -> str:
@@ -152,34 +142,33 @@ class Store:
                 nbytes = sealing.sealed_size(fd)
             except sealing.NotSealed as exc:
                 raise StoreError("not sealed", f"publish refused: {exc}.") from None
-            with self._changed:
-                existing = self._by_key.get(key)
-                if existing is not None:
-                    # Two loaders raced without claims (or one published twice): first one wins, the new fd
-                    # is redundant.
-                    self._drop_claim(key)
-                    os.close(fd)
-                    return existing.entry_id
-                missing = [d for d in deps if d not in self._by_id]
-                if missing:
-                    raise StoreError(
-                        "dep missing",
-                        f"publish refused: dependency entries {missing} are not (or no longer) cached; they "
-                        f"were evicted after this entry was written. Load again to rebuild it.",
-                    )
-                self._make_room(nbytes, protected=set(self._closure(deps)))
-                now = time.time()
-                entry = Entry(f"{key[:16]}-{next(self._ids)}", key, fd, nbytes, meta, list(dict.fromkeys(deps)),
-                              created=now, last_used=now, lru=next(self._ticks))
-                self._by_key[key] = entry
-                self._by_id[entry.entry_id] = entry
-                for d in entry.deps:
-                    self._by_id[d].referenced_by.add(entry.entry_id)
-                self._used += nbytes
+            existing = self._by_key.get(key)
+            if existing is not None:
+                # Two loaders raced without claims (or one published twice): first one wins, the new fd is
+                # redundant.
                 self._drop_claim(key)
-                log.info("published %s (%d bytes, deps %s); %d/%d bytes used", entry.entry_id, nbytes,
-                         entry.deps, self._used, self.max_bytes)
-                return entry.entry_id
+                os.close(fd)
+                return existing.entry_id
+            missing = [d for d in deps if d not in self._by_id]
+            if missing:
+                raise StoreError(
+                    "dep missing",
+                    f"publish refused: dependency entries {missing} are not (or no longer) cached; they "
+                    f"were evicted after this entry was written. Load again to rebuild it.",
+                )
+            self._make_room(nbytes, protected=set(self._closure(deps)))
+            now = time.time()
+            entry = Entry(f"{key[:16]}-{self._nonce}-{next(self._ids)}", key, fd, nbytes, meta,
+                          list(dict.fromkeys(deps)), created=now, last_used=now, lru=next(self._ticks))
+            self._by_key[key] = entry
+            self._by_id[entry.entry_id] = entry
+            for d in entry.deps:
+                self._by_id[d].referenced_by.add(entry.entry_id)
+            self._used += nbytes
+            self._drop_claim(key)
+            log.info("published %s (%d bytes, deps %s); %d/%d bytes used", entry.entry_id, nbytes,
+                     entry.deps, self._used, self.max_bytes)
+            return entry.entry_id
         except BaseException:
             _close_quietly(fd)
             raise
@@ -187,7 +176,7 @@ class Store:
     def _drop_claim(self, key: str) -> None:
         # Whoever held the claim, the key is now cached: waiters wake and take the hit.
         self._claims.pop(key, None)
-        self._changed.notify_all()
+        self._changed.add(key)
 
     def _make_room(self, need: int, protected: set[str]) -> None:
         """Evict least-recently-used unreferenced entries until ``need`` more bytes fit, or refuse."""
@@ -223,57 +212,73 @@ class Store:
             freed += victim.nbytes
             for d in victim.deps:
                 refs[d].discard(victim.entry_id)
+                dep = self._by_id[d]
+                if dep.bad and not refs[d] and d not in gone:  # removed along with its last referent
+                    gone.add(d)
+                    freed += dep.nbytes
         return plan
+
+    # ---- bad entries ---------------------------------------------------------------------------------
+    def mark_bad(self, key: str, entry_id: str) -> bool:
+        """Take entry ``entry_id`` of ``key`` out of service (a client could not rebuild it): the next get of
+        ``key`` is a miss or claim. False when that is not the entry serving ``key`` (already replaced)."""
+        entry = self._by_key.get(key)
+        if entry is None or entry.entry_id != entry_id:
+            return False
+        del self._by_key[key]
+        entry.bad = True
+        if entry.referenced_by:
+            log.info("marked %s bad: no longer served; kept while entries %s reference it", entry_id,
+                     sorted(entry.referenced_by))
+        else:
+            log.info("marked %s bad: no longer served; evicted", entry_id)
+            self._remove(entry)
+        return True
 
     # ---- fds, listing, eviction ------------------------------------------------------------------------
     def fds(self, entry_ids: list[str]) -> list[int]:
         """Duplicates of the fds of ``entry_ids``, in order; the caller closes them."""
-        with self._changed:
-            missing = [e for e in entry_ids if e not in self._by_id]
-            if missing:
-                raise StoreError("unknown entry", f"entries {missing} are not cached (evicted or never "
-                                 f"published); run 'overmind ls' to see what is.")
-            for eid in entry_ids:
-                self._touch(self._by_id[eid])
-            return self._dup(entry_ids)
+        missing = [e for e in entry_ids if e not in self._by_id]
+        if missing:
+            raise StoreError("unknown entry", f"entries {missing} are not cached (evicted or never "
+                             f"published); run 'overmind ls' to see what is.")
+        for eid in entry_ids:
+            self._touch(self._by_id[eid])
+        return self._dup(entry_ids)
 
     def evict(self, key: str | None = None, *, all: bool = False) -> tuple[list[str], list[dict[str, str]]]:
         """Evict ``key`` (refused while another entry references it) or everything; ``(evicted, refused)``."""
-        with self._changed:
-            if all:
-                victims = list(self._by_key.values())
-                for e in victims:
-                    self._remove(e)
-                log.info("evicted all %d entries on request", len(victims))
-                return [e.key for e in victims], []
-            entry = self._by_key.get(key) if key is not None else None
-            if entry is None:
-                return [], [{"key": key, "reason": "not cached"}]
-            if entry.referenced_by:
-                return [], [{"key": key, "reason": f"referenced by entries {sorted(entry.referenced_by)}; "
-                                                  f"evict those first, or evict --all"}]
-            self._remove(entry)
-            log.info("evicted %s on request", entry.entry_id)
-            return [key], []
+        if all:
+            victims = list(self._by_id.values())
+            for e in victims:
+                self._remove(e)
+            log.info("evicted all %d entries on request", len(victims))
+            return [e.key for e in victims], []
+        entry = self._by_key.get(key) if key is not None else None
+        if entry is None:
+            return [], [{"key": key, "reason": "not cached"}]
+        if entry.referenced_by:
+            return [], [{"key": key, "reason": f"referenced by entries {sorted(entry.referenced_by)}; "
+                                              f"evict those first, or evict --all"}]
+        self._remove(entry)
+        log.info("evicted %s on request", entry.entry_id)
+        return [key], []
 
     def listing(self) -> list[dict[str, Any]]:
         """Every entry's ``ls`` fields, oldest first."""
-        with self._changed:
-            return [e.listing() for e in sorted(self._by_id.values(), key=lambda e: e.created)]
+        return [e.listing() for e in sorted(self._by_id.values(), key=lambda e: e.created)]
 
     def stats(self) -> dict[str, int]:
         """Counts for the ``status`` reply."""
-        with self._changed:
-            return {"entries": len(self._by_id), "bytes": self._used, "max_bytes": self.max_bytes,
-                    "claims": len(self._claims), "waiting": self._waiting}
+        return {"entries": len(self._by_id), "bytes": self._used, "max_bytes": self.max_bytes,
+                "claims": len(self._claims)}
 
     def close_all(self) -> None:
         """Close every fd the store holds (server shutdown)."""
-        with self._changed:
-            for e in list(self._by_id.values()):
-                self._remove(e)
+        for e in list(self._by_id.values()):
+            self._remove(e)
 
-    # ---- helpers (call with the lock held) -------------------------------------------------------------
+    # ---- helpers -------------------------------------------------------------
     def _touch(self, entry: Entry) -> None:
         entry.last_used = time.time()
         entry.lru = next(self._ticks)
@@ -307,14 +312,20 @@ class Store:
         return fds
 
     def _remove(self, entry: Entry) -> None:
-        del self._by_key[entry.key]
+        if self._by_id.get(entry.entry_id) is not entry:
+            return  # already gone (a bad dependency removed along with its last referent)
+        if self._by_key.get(entry.key) is entry:
+            del self._by_key[entry.key]
         del self._by_id[entry.entry_id]
+        self._used -= entry.nbytes
+        _close_quietly(entry.fd)
         for d in entry.deps:
             dep = self._by_id.get(d)
             if dep is not None:
                 dep.referenced_by.discard(entry.entry_id)
-        self._used -= entry.nbytes
-        _close_quietly(entry.fd)
+                if dep.bad and not dep.referenced_by:
+                    log.info("evicting bad entry %s: its last referent %s is gone", d, entry.entry_id)
+                    self._remove(dep)
 
 
 def _close_quietly(fd: int) -> None:

@@ -1,0 +1,53 @@
+"""The server's limits on what one peer may cost it: time to say hello, idle time, frame sizes, buffer total.
+
+Every request is a small JSON control message (bulk data travels as memfds), so the limits can be tight.
+The timeouts can be changed through the environment the server starts with (tests shorten them):
+
+>>> Limits.from_env({"OVERMIND_IDLE_TIMEOUT": "30"}).idle_timeout
+30.0
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Mapping
+
+ENV_HELLO_TIMEOUT = "OVERMIND_HELLO_TIMEOUT"
+ENV_IDLE_TIMEOUT = "OVERMIND_IDLE_TIMEOUT"
+ENV_FRAME_TIMEOUT = "OVERMIND_FRAME_TIMEOUT"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one connection may take; see the module docstring."""
+
+    # A connection must complete its hello this soon after it connects, or it is closed.
+    hello_timeout: float = 10.0
+    # A connection that holds no claim, waits on nothing and sent nothing for this long is closed; the
+    # client reconnects on its next request.
+    idle_timeout: float = 600.0
+    # A frame begun must be complete this soon after its first byte.
+    frame_timeout: float = 30.0
+    # The largest request frame accepted (a publish with its metadata is a few KiB).
+    max_request_bytes: int = 1 << 20
+    # Frames up to this size are read without asking the shared buffer budget.
+    small_frame_bytes: int = 64 << 10
+    # All frames larger than small_frame_bytes being received at once, together, at most.
+    max_buffered_bytes: int = 32 << 20
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> "Limits":
+        """Defaults, with the timeouts taken from ``env`` where set (seconds, > 0)."""
+        out = {}
+        for name, field in ((ENV_HELLO_TIMEOUT, "hello_timeout"), (ENV_IDLE_TIMEOUT, "idle_timeout"),
+                            (ENV_FRAME_TIMEOUT, "frame_timeout")):
+            text = env.get(name)
+            if text:
+                try:
+                    value = float(text)
+                except ValueError:
+                    raise ValueError(f"cannot read {name}={text!r} as seconds; write e.g. {name}=30") from None
+                if value <= 0:
+                    raise ValueError(f"{name} must be more than 0 seconds, got {text!r}")
+                out[field] = value
+        return cls(**out)

@@ -1,0 +1,102 @@
+"""The server watches its runtime directory (issue 10.4): a tmp cleaner removing the socket (or the lock with
+it) costs a client well under a second, never the 16 s start timeout; removing the whole directory makes the
+old server exit and free its memory, and the next load starts a new one."""
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import time
+
+import pytest
+
+from overmind.client import Client
+from overmind.server.launcher import server_pids
+
+
+@pytest.fixture
+def served(runtime_dir, sealed_memfd, monkeypatch):
+    """A running server holding one entry ``k``; ``(pid, entry_id)``. A start that takes more than 5 s fails
+    (the old behaviour was a 15 s wait and an uncached load)."""
+    monkeypatch.setenv("OVERMIND_SERVER_START_TIMEOUT", "5")
+    c = Client()
+    entry_id = c.publish("k", sealed_memfd(b"the entry"))
+    pid = c.status()["pid"]
+    c.close()
+    return pid, entry_id
+
+
+def _first_request_time(key: str = "k") -> tuple[float, dict, object]:
+    """A brand-new client (a new process would be the same) asks for ``key``: (seconds, status, get result)."""
+    c = Client()
+    t0 = time.monotonic()
+    res = c.get(key, claim=False)
+    took = time.monotonic() - t0
+    st = c.status()
+    res.close()
+    c.close()
+    return took, st, res
+
+
+def _replace_with_file(path: str) -> None:
+    os.unlink(path)
+    with open(path, "w") as f:
+        f.write("not a socket")
+
+
+@pytest.mark.parametrize("cleaner", [os.unlink, _replace_with_file], ids=["removed", "replaced-by-a-file"])
+def test_socket_removed_or_replaced_is_recreated_within_a_second(served, runtime_dir, cleaner):
+    pid, entry_id = served
+    sock = os.path.join(runtime_dir, "server.sock")
+    cleaner(sock)
+    took, st, res = _first_request_time()
+    assert st["pid"] == pid, "the same server keeps serving, with its entries"
+    assert res.status == "hit" and res.entry["entry_id"] == entry_id
+    assert took < 1.0, f"a client waited {took:.2f} s for the socket to come back"
+    mode = os.lstat(sock).st_mode
+    assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600
+    with open(os.path.join(runtime_dir, "server.log")) as f:
+        assert "re-created the socket" in f.read()
+
+
+def test_every_file_removed_by_a_cleaner_recovers_with_one_server(served, runtime_dir):
+    """Socket, lock files and log gone (systemd-tmpfiles on /tmp): one server serves afterwards, quickly."""
+    pid, _ = served
+    for name in os.listdir(runtime_dir):
+        os.unlink(os.path.join(runtime_dir, name))
+    took, st, _res = _first_request_time()
+    assert took < 1.0, f"a client waited {took:.2f} s"
+    deadline = time.monotonic() + 5
+    while len(server_pids(runtime_dir)) > 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server_pids(runtime_dir) == [st["pid"]], "exactly one server is left for the directory"
+    assert os.path.exists(os.path.join(runtime_dir, "server.log")), "the log is written again"
+    # The lock on the path is held by the server that serves: a manual second start is refused.
+    again = Client().status()
+    assert again["pid"] == st["pid"]
+
+
+def test_runtime_dir_removed_the_old_server_exits_and_a_new_one_serves(served, runtime_dir):
+    pid, _ = served
+    shutil.rmtree(runtime_dir)
+    deadline = time.monotonic() + 5
+    while pid in server_pids(runtime_dir) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pid not in server_pids(runtime_dir), "the old server still runs, unreachable, holding its memory"
+    st = Client().status()  # the directory is created again and a new server starts
+    assert st["pid"] != pid and st["entries"] == 0
+    assert stat.S_IMODE(os.stat(runtime_dir).st_mode) == 0o700
+
+
+def test_runtime_dir_replaced_the_old_server_exits(served, runtime_dir):
+    """A directory removed and created again (by a new client) is not the old server's: it leaves."""
+    pid, _ = served
+    shutil.rmtree(runtime_dir)
+    os.mkdir(runtime_dir, 0o700)
+    st = Client().status()
+    assert st["pid"] != pid
+    deadline = time.monotonic() + 5
+    while pid in server_pids(runtime_dir) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server_pids(runtime_dir) == [st["pid"]]
+    assert Client().status()["pid"] == st["pid"], "the old server did not take the new server's socket"
