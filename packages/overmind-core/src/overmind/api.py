@@ -88,6 +88,8 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         try:
             return rebuild(res, ck.key)
         except Exception as e:
+            with contextlib.suppress(Exception):  # out of service in the server: the next load republishes it
+                client.mark_bad(ck.key, res.entry["entry_id"])
             fallback.step_aside(f"overmind: cannot rebuild entry {ck.key[:12]} of {loader.name} "
                                 f"({type(e).__name__}: {e}); loaded without the cache. If this repeats, run "
                                 f"'overmind evict {ck.key[:12]}'.", e)
