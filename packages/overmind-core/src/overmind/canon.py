@@ -171,7 +171,10 @@ class Walk:
 
     def _state(self, v: Any, t: type, depth: int) -> tuple:
         state: list[Any] = []
-        d = getattr(v, "__dict__", None)
+        try:  # never through getattr: a class's __getattr__ is user code, and keys must not run it
+            d = object.__getattribute__(v, "__dict__")
+        except (AttributeError, TypeError):
+            d = None
         if d is not None:
             if not isinstance(d, dict):
                 raise Unkeyable(f"{_qualname(t)}.__dict__ is a {type(d).__name__}, not a dict")

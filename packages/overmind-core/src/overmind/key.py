@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import os
 import re
 import types
 import weakref
@@ -160,8 +161,17 @@ def summarize(loader: Loader, arguments: dict[str, Any], limit: int = 160) -> st
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+_SHOWN = (str, bytes, int, float, complex, bool, type(None))
+
+
 def _short_repr(value: Any) -> str:
-    try:
+    """Atoms and flat lists of them as ``repr``; anything else by its class. A user object's ``__repr__`` is
+    never called: it may fail, be slow, or change the object (diffusers' ``ConfigMixin.__repr__`` writes
+    ``_class_name`` into the config it prints), and the cached call must leave the arguments as they were."""
+    if isinstance(value, _SHOWN) or isinstance(value, os.PathLike):
         return repr(value)[:60]
-    except Exception:  # a user's __repr__ that fails must not cost the load its key
-        return f"<{type(value).__qualname__}>"
+    if type(value).__module__ == "torch" and not hasattr(value, "shape"):
+        return str(value)[:60]  # torch.float16, device('cpu')
+    if isinstance(value, (list, tuple)) and len(value) <= 8 and all(isinstance(v, _SHOWN) for v in value):
+        return repr(value)[:60]
+    return f"<{type(value).__qualname__}>"

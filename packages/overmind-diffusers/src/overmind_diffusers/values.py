@@ -1,8 +1,8 @@
 """Key stand-ins for diffusers objects users pass to a pipeline's ``from_pretrained``.
 
-- A scheduler is what its config says (``DPMSolverMultistepScheduler.from_config(pipe.scheduler.config)``
-  is the usual way to swap one in), so it is keyed by class and config (its timestep state is reset by every
-  pipeline call).
+- A scheduler is keyed by class, config (``DPMSolverMultistepScheduler.from_config(pipe.scheduler.config)``
+  is the usual way to swap one in) and every other attribute it holds (its tables and, after
+  ``set_timesteps``, its timestep state): two schedulers a loader could tell apart never share a key.
 - A ``MultiControlNetModel`` built by hand is keyed by its ControlNets, each of which must itself come from
   the cache (the core keys those by their entry).
 """
@@ -23,7 +23,8 @@ def key_for_value(value: Any) -> Any:
             # diffusers fills this list from a set: its order differs between processes, its content does not.
             if isinstance(config.get("_use_default_values"), list):
                 config["_use_default_values"] = sorted(map(str, config["_use_default_values"]))
-            return ("scheduler", config)
+            state = {k: v for k, v in vars(value).items() if k != "_internal_dict"}
+            return ("scheduler", config, state)
         return None
     for module_name, class_name in (("diffusers.models.controlnets.multicontrolnet", "MultiControlNetModel"),
                                     ("diffusers.models.controlnets.multicontrolnet_union", "MultiControlNetUnionModel")):

@@ -1,0 +1,121 @@
+"""Components users pass to ``from_pretrained`` (tokenizers, schedulers, configs) are keyed by their full
+content: two that a loader could tell apart never share a key, and one and the same component has the same
+key in every process (or a second process would never hit)."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+
+import pytest
+import torch
+
+from overmind.testing import run_fresh
+
+HERE = os.path.dirname(__file__)
+sys.path.insert(0, HERE)
+import tiny_models  # noqa: E402
+
+KEY_SCRIPT = """
+import sys, json
+sys.path.insert(0, {here!r})
+import overmind
+overmind.activate()
+import torch
+from transformers import AutoTokenizer, LlamaConfig
+from diffusers import DDIMScheduler
+from overmind import key, plugins
+from overmind.testing import report
+
+def loader(component, **kw):
+    return component
+
+def key_of(component):
+    ld = key.describe_loader(loader)
+    args = key.bind_arguments(ld, (component,), {{}})
+    return key.make_key(ld, args, [], lambda v: plugins.first_result("overmind_key_for_value", value=v)).key
+
+tok = AutoTokenizer.from_pretrained({tokenizer!r})
+sched = DDIMScheduler(beta_end=0.02)
+config = LlamaConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+report([key_of(tok), key_of(sched), key_of(config)])
+"""
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    return str(tiny_models.build_clip_tokenizer(tmp_path_factory.mktemp("tok")))
+
+
+def _key_of(component):
+    from overmind import key, plugins
+
+    def loader(component, **kw):
+        return component
+
+    ld = key.describe_loader(loader)
+    args = key.bind_arguments(ld, (component,), {})
+    try:
+        return key.make_key(ld, args, [], lambda v: plugins.first_result("overmind_key_for_value", value=v)).key
+    except key.Unkeyable:
+        return None
+
+
+def test_the_same_components_have_the_same_key_in_every_process(tokenizer_dir):
+    script = KEY_SCRIPT.format(here=HERE, tokenizer=tokenizer_dir)
+    first, second = run_fresh(script), run_fresh(script)
+    assert first == second and all(first), "a component keyed differently per process never hits"
+
+
+def test_tokenizers_a_loader_tells_apart_have_different_keys(tokenizer_dir):
+    import overmind
+
+    overmind.activate()
+    from transformers import AutoTokenizer
+
+    base = AutoTokenizer.from_pretrained(tokenizer_dir)
+    k = _key_of(base)
+    assert k is not None and _key_of(AutoTokenizer.from_pretrained(tokenizer_dir)) == k
+    longer = AutoTokenizer.from_pretrained(tokenizer_dir, model_max_length=99)
+    added = AutoTokenizer.from_pretrained(tokenizer_dir)
+    added.add_tokens(["<new-token>"])
+    padded = AutoTokenizer.from_pretrained(tokenizer_dir)
+    padded.padding_side = "left"
+    keys = [k, _key_of(longer), _key_of(added), _key_of(padded)]
+    assert None not in keys and len(set(keys)) == 4
+    # the Rust side alone: a changed normalizer shows in the key too
+    rust = AutoTokenizer.from_pretrained(tokenizer_dir)
+    rust.backend_tokenizer.enable_truncation(5)
+    assert _key_of(rust) not in keys
+
+
+def test_schedulers_differ_by_config_and_by_timestep_state():
+    import overmind
+
+    overmind.activate()
+    from diffusers import DDIMScheduler, DPMSolverMultistepScheduler
+
+    a = DDIMScheduler()
+    keys = {_key_of(a), _key_of(DDIMScheduler(beta_end=0.013)), _key_of(DPMSolverMultistepScheduler())}
+    stepped = DDIMScheduler()
+    stepped.set_timesteps(10)
+    keys.add(_key_of(stepped))
+    assert None not in keys and len(keys) == 4
+    assert _key_of(DDIMScheduler()) == _key_of(a) == _key_of(copy.deepcopy(a))
+
+
+def test_a_config_passed_as_config_is_keyed_by_every_attribute():
+    import overmind
+
+    overmind.activate()
+    from transformers import LlamaConfig
+
+    c = LlamaConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    k = _key_of(c)
+    changed = copy.deepcopy(c)
+    changed._attn_implementation_internal = "eager"
+    other = copy.deepcopy(c)
+    other.rope_theta = 1.0
+    assert len({k, _key_of(changed), _key_of(other)}) == 3
+    assert json.dumps(c.to_dict(), default=str) and torch is not None
