@@ -73,14 +73,20 @@ def check_memfd() -> Check:
 
 
 def check_runtime_dir(path: str | None) -> Check:
-    """The runtime directory exists (or can be made), is ours and is mode 0700."""
+    """The runtime directory exists (or can be made), is ours and is mode 0700, and the launcher can create
+    its lock and log files there (plain files: no directory or symlink in their place)."""
+    from .server.launcher import preflight
+
     try:
         directory = runtime.runtime_dir(path)
         runtime.socket_path(directory)
+        problems = [p for p in preflight(directory) if directory in p]  # the settings are the server check's
     except Exception as exc:  # noqa: BLE001 - every failure here is reported, not raised
         return Check("runtime dir", FAIL, str(exc).removeprefix("overmind: "),
                      "see the message; or set OVERMIND_RUNTIME_DIR to a private directory")
-    return Check("runtime dir", OK, f"{directory} (mode 0700, yours)")
+    if problems:
+        return Check("runtime dir", FAIL, problems[0], "see the message; overmind.load runs uncached until then")
+    return Check("runtime dir", OK, f"{directory} (mode 0700, yours, writable)")
 
 
 def check_budget() -> Check:
@@ -101,11 +107,17 @@ def check_server(path: str | None) -> Check:
     from .server.launcher import accepts
 
     name = "server"
+    bad_setting = _settings_problem()
+    if bad_setting:
+        return Check(name, FAIL, bad_setting, "overmind.load runs uncached until it is fixed")
     try:
         client = Client(path, autostart=False)
     except Exception as exc:  # noqa: BLE001
         return Check(name, FAIL, f"cannot check: {exc}", "fix the runtime directory first")
     if not accepts(client.socket_path):
+        cannot = _start_problem()
+        if cannot:
+            return Check(name, FAIL, f"cannot start one: {cannot}", "overmind.load runs uncached until then")
         return Check(name, OK, "not running (it starts on the first overmind.load)")
     try:
         st = client.status()
@@ -125,6 +137,39 @@ def check_server(path: str | None) -> Check:
                      "run 'overmind stop' when convenient so the new version serves")
     return Check(name, OK, f"pid {st['pid']}, protocol {PROTOCOL_VERSION}, overmind {__version__}, "
                            f"{st['entries']} entries")
+
+
+def _settings_problem() -> str | None:
+    """The first Overmind timeout setting that does not parse (each would make loads run uncached)."""
+    from . import timeouts
+
+    for name in timeouts.DEFAULTS:
+        try:
+            timeouts.seconds(name)
+        except timeouts.SettingError as exc:
+            return str(exc).removeprefix("overmind: ")
+    return None
+
+
+def _start_problem() -> str | None:
+    """Why the launcher could not start a server here: the interpreter does not run or cannot import the
+    server (checked by running it, with the server's own environment)."""
+    import subprocess
+
+    from .server.launcher import interpreter_problem, server_env
+
+    problem = interpreter_problem()
+    if problem:
+        return problem
+    try:
+        proc = subprocess.run([sys.executable, "-c", "import overmind.server.daemon"], env=server_env(),
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, cwd="/")
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"cannot run {sys.executable} (sys.executable): {exc}"
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"{sys.executable} cannot import overmind.server ({last})"
+    return None
 
 
 def check_zerocopy() -> Check:

@@ -4,6 +4,12 @@ Clients race to start the server; a flock on ``spawn.lock`` makes exactly one of
 server's own flock on ``server.lock`` guards against everything else (a manual ``overmind serve``). The
 server runs detached (its own session) so it outlives the process that started it.
 
+Whatever stands in the way (an interpreter that does not run, a directory at ``spawn.lock``, a runtime
+directory this user cannot write, a bad setting) raises ``ServerUnavailable`` saying what and what to do,
+never a bare ``OSError``: ``overmind.load`` then runs uncached with one warning. ``preflight`` lists the
+same problems without starting anything, for ``overmind doctor``. Files in the runtime directory are opened
+with ``O_NOFOLLOW``: a symlink planted there is refused, never followed.
+
 >>> path = ensure_server()
 """
 from __future__ import annotations
@@ -12,25 +18,31 @@ import errno
 import fcntl
 import os
 import socket
+import stat
 import subprocess
 import sys
 import threading
 import time
 
-from .. import runtime
+from .. import runtime, timeouts
 from ..errors import ServerUnavailable
 from .daemon import EXIT_ALREADY_RUNNING
 
-ENV_START_TIMEOUT = "OVERMIND_SERVER_START_TIMEOUT"
-DEFAULT_START_TIMEOUT = 15.0
+ENV_START_TIMEOUT = timeouts.ENV_START
+DEFAULT_START_TIMEOUT = timeouts.DEFAULTS[ENV_START_TIMEOUT]
 _POLL_S = 0.02
+_PROBE_S = 1.0
 
 
 def accepts(path: str) -> bool:
-    """Whether a server accepts connections on the Unix socket ``path`` right now."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    """Whether a server listens on the Unix socket ``path`` right now (never blocks: a stopped server's full
+    connection queue counts as listening, so nobody spawns a second server beside it)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    probe.setblocking(False)
     try:
         probe.connect(path)
+        return True
+    except BlockingIOError:
         return True
     except OSError:
         return False
@@ -49,9 +61,12 @@ def ensure_server(runtime_dir: str | None = None, timeout: float | None = None) 
     if accepts(path):
         return path
     if timeout is None:
-        timeout = float(os.environ.get(ENV_START_TIMEOUT) or DEFAULT_START_TIMEOUT)
+        try:
+            timeout = timeouts.start_timeout()
+        except timeouts.SettingError as exc:
+            raise ServerUnavailable(str(exc)) from None
     deadline = time.monotonic() + timeout
-    lock_fd = os.open(runtime.spawn_lock_path(directory), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    lock_fd = _open_private(runtime.spawn_lock_path(directory), os.O_RDWR)
     try:
         if not _lock_until(lock_fd, deadline):
             if accepts(path):
@@ -87,7 +102,7 @@ def _start_and_wait(directory: str, path: str, deadline: float, timeout: float) 
 
 def server_lock_free(runtime_dir: str | None = None) -> bool:
     """Whether no server process holds the runtime directory's server lock (none running or starting)."""
-    fd = os.open(runtime.server_lock_path(runtime_dir), os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = _open_private(runtime.server_lock_path(runtime_dir), os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         return True
@@ -110,20 +125,85 @@ def _lock_until(fd: int, deadline: float) -> bool:
         time.sleep(_POLL_S)
 
 
-def _spawn(directory: str) -> subprocess.Popen:
-    log_file = runtime.log_path(directory)
+def server_command(directory: str) -> list[str]:
+    """The command line that runs the server of ``directory``."""
+    return [sys.executable, "-m", "overmind.server", "--runtime-dir", directory]
+
+
+def server_env() -> dict[str, str]:
+    """The server's environment: this one, with this overmind first on its path (the server must import
+    the same overmind as this client, even one found via sys.path tweaks rather than installed into
+    sys.executable's environment)."""
     env = dict(os.environ)
-    # The server must import the same overmind as this client, even one found via sys.path tweaks rather
-    # than installed into sys.executable's environment.
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    with open(log_file, "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "overmind.server", "--runtime-dir", directory],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, close_fds=True,
-            env=env, cwd="/",
+    return env
+
+
+def interpreter_problem() -> str | None:
+    """Why ``sys.executable`` cannot run the server, or None (a cheap look, no process started)."""
+    exe = sys.executable
+    if not exe:
+        return ("sys.executable is empty (an embedded interpreter?): there is no Python to run the server "
+                "with; start one yourself with 'overmind serve'")
+    if not os.path.isfile(exe) or not os.access(exe, os.X_OK):
+        why = "does not exist" if not os.path.exists(exe) else "is not an executable file"
+        return f"{exe} (sys.executable) {why}; start the server with 'overmind serve' from a working Python"
+    return None
+
+
+def preflight(runtime_dir: str | None = None) -> list[str]:
+    """What would stop ``ensure_server`` from starting a server in ``runtime_dir``, one sentence each (empty
+    when nothing would). Creates the lock and log files, as a start would; starts nothing."""
+    problems = []
+    try:
+        timeouts.start_timeout()
+    except timeouts.SettingError as exc:
+        problems.append(str(exc).removeprefix("overmind: "))
+    directory = runtime.runtime_dir(runtime_dir)
+    for path, flags in ((runtime.spawn_lock_path(directory), os.O_RDWR),
+                        (runtime.server_lock_path(directory), os.O_RDONLY),
+                        (runtime.log_path(directory), os.O_WRONLY | os.O_APPEND)):
+        try:
+            os.close(_open_private(path, flags))
+        except ServerUnavailable as exc:
+            problems.append(str(exc).removeprefix("overmind: "))
+    return problems
+
+
+def _open_private(path: str, flags: int) -> int:
+    """Open (creating, mode 0600) a regular file of the runtime directory, or raise ``ServerUnavailable``."""
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        if exc.errno in (errno.EISDIR, errno.ELOOP) or os.path.lexists(path) and not os.path.isfile(path):
+            kind = "a directory" if os.path.isdir(path) and not os.path.islink(path) else "not a regular file"
+            raise ServerUnavailable(f"overmind: {path} is {kind}; the launcher needs a plain file there. "
+                                    f"Remove it ('rm -r {path}'), then load again.") from None
+        raise ServerUnavailable(f"overmind: cannot create {path}: {exc.strerror}; the launcher writes its "
+                                f"lock and log there. Make {os.path.dirname(path)} writable for you, or set "
+                                f"{runtime.ENV_RUNTIME_DIR} to a writable directory of yours.") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ServerUnavailable(f"overmind: {path} is not a regular file; remove it, then load again.")
+    return fd
+
+
+def _spawn(directory: str) -> subprocess.Popen:
+    problem = interpreter_problem()
+    if problem:
+        raise _unavailable(directory, problem)
+    log_fd = _open_private(runtime.log_path(directory), os.O_WRONLY | os.O_APPEND)
+    try:
+        return subprocess.Popen(
+            server_command(directory), stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
+            start_new_session=True, close_fds=True, env=server_env(), cwd="/",
         )
-    return proc
+    except OSError as exc:
+        raise _unavailable(directory, f"cannot run {sys.executable} (sys.executable): {exc.strerror}; start "
+                                      f"the server with 'overmind serve' from a working Python") from None
+    finally:
+        os.close(log_fd)
 
 
 def _unavailable(directory: str, why: str) -> ServerUnavailable:
