@@ -398,3 +398,70 @@ def test_nan_payloads_and_signed_zeros_are_told_apart():
     other = struct.unpack("<d", b"\x01\x00\x00\x00\x00\x00\xf8\x7f")[0]
     assert math.isnan(other) and key_of(quiet) != key_of(other)
     assert key_of(0.0) != key_of(-0.0) and key_of(1) != key_of(True) and key_of(1) != key_of(1.0)
+
+
+BNB_SCRIPT = """
+import sys, copy
+sys.path.insert(0, {here!r})
+import overmind
+overmind.activate()
+import torch
+from transformers import BitsAndBytesConfig
+from overmind import key, plugins
+from overmind.testing import report
+assert "bitsandbytes" not in sys.modules
+
+def loader(value):
+    return value
+
+def key_or_none(value):
+    ld = key.describe_loader(loader)
+    try:
+        return key.make_key(ld, key.bind_arguments(ld, (value,), {{}}), [],
+                            lambda v: plugins.first_result("overmind_key_for_value", value=v)).key
+    except key.Unkeyable:
+        return None
+
+def _changed_values(value):
+    if isinstance(value, bool):
+        return [not value]
+    if isinstance(value, (int, float)):
+        return [value + 1]
+    if isinstance(value, str):
+        return [value + "x"]
+    if value is None:
+        return [1]
+    if isinstance(value, torch.dtype):
+        return [torch.float64]
+    if isinstance(value, (list, dict)):
+        return [type(value)()] if value else [[1]]
+    return []
+configs = [BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4"), BitsAndBytesConfig(load_in_8bit=True),
+           BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="fp4"),
+           BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_use_double_quant=True)]
+base = BitsAndBytesConfig(load_in_4bit=True)
+for name, value in list(vars(base).items()):
+    for new in _changed_values(value):
+        c = copy.deepcopy(base)
+        try:
+            object.__setattr__(c, name, new)
+        except Exception:
+            continue
+        configs.append(c)
+keys = [key_or_none(c) for c in configs]
+# Two configs with the same state are the same config (fp4 is the default quant type): the oracle is the state.
+states = [repr(sorted(vars(c).items(), key=lambda kv: kv[0])) for c in configs]
+report({{"n": len(set(states)), "distinct": len(set(keys)), "none": keys.count(None),
+        "bnb_imported": "bitsandbytes" in sys.modules}})
+"""
+
+
+def test_bitsandbytes_configs_differ_before_bitsandbytes_is_imported():
+    """Finding 1: the key is computed before the load imports bitsandbytes; every config still differs."""
+    import os
+
+    from overmind.testing import run_fresh
+
+    got = run_fresh(BNB_SCRIPT.format(here=os.path.dirname(__file__)))
+    assert got["none"] == 0 and not got["bnb_imported"]
+    assert got["distinct"] == got["n"], got
