@@ -146,6 +146,7 @@ class Server:
         listener.setblocking(False)
         self._socket_identity = watch.identity(self.socket_file)
         self._listener = listener
+        self._accept_resume = 0.0
         self._sel.register(listener, selectors.EVENT_READ, None)
 
     def _close_listener(self) -> None:
@@ -176,7 +177,12 @@ class Server:
             verdict = self._watch.verdict(self._lock_file, self._socket_identity)
         if verdict == watch.SOCKET_LOST:
             self._close_listener()
-            self._bind()
+            try:
+                self._bind()
+            except OSError as exc:
+                self.request_stop(f"the socket {self.socket_file} was removed and cannot be created again "
+                                  f"({exc.strerror}); exiting so that a new server can start")
+                return
             log.warning("the socket %s was removed or replaced (a tmp cleaner?); re-created the socket",
                         self.socket_file)
 
