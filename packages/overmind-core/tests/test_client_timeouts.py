@@ -66,3 +66,52 @@ def test_a_stopped_server_costs_a_load_one_bounded_timeout(runtime_dir, monkeypa
     fresh = fault_procs.run(FRESH_LOAD, timeout=60)
     assert fresh["right"] and fresh["mapped"] and fresh["warned"] == [], fresh
     assert server_pids(runtime_dir) == [pid]
+
+
+HOLDER = """
+import overmind
+import fault_loaders as L
+try:
+    overmind.load(L.gated, 6, "s6")
+except Exception:
+    pass
+"""
+
+WAITER = """
+import time, warnings, torch, overmind
+import fault_loaders as L
+from overmind.fallback import OvermindWarning
+from overmind.testing import report
+L.touch("waiter-start")
+t0 = time.monotonic()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    obj = overmind.load(L.gated, 6, "s6")  # waits on the holder's claim; the server stops meanwhile
+report({"took": time.monotonic() - t0, "right": bool(torch.equal(obj, L.expected(6))),
+        "warned": [str(w.message) for w in caught if issubclass(w.category, OvermindWarning)]})
+"""
+
+
+def test_a_server_stopped_while_a_load_waits_costs_the_wait_timeout_plus_one_reply(runtime_dir, tmp_path):
+    env = {"GATE_DIR": str(tmp_path), "OVERMIND_REPLY_TIMEOUT": "1", "OVERMIND_WAIT_TIMEOUT": "2"}
+    holder = fault_procs.start(HOLDER, env)
+    pid = None
+    try:
+        assert fault_procs.wait_file(str(tmp_path / "claimed-s6")), fault_procs.finish(holder, 1)
+        own_gates = tmp_path / "waiter"  # the waiter's gate is open: its plain load, when it falls back, is quick
+        own_gates.mkdir()
+        (own_gates / "open-s6").touch()
+        waiter = fault_procs.start(WAITER, {**env, "GATE_DIR": str(own_gates)})
+        assert fault_procs.wait_file(str(own_gates / "waiter-start"))
+        time.sleep(0.5)  # the waiter is now parked on the claim
+        (pid,) = server_pids(runtime_dir)
+        os.kill(pid, signal.SIGSTOP)
+        seen = fault_procs.finish(waiter, timeout=30)
+    finally:
+        if pid:
+            os.kill(pid, signal.SIGCONT)
+        holder.kill()
+        fault_procs.finish(holder, 5)
+    assert seen.get("right"), seen
+    assert len(seen["warned"]) == 1 and "did not answer" in seen["warned"][0], seen
+    assert seen["took"] < 2 + 1 + 1.5, seen

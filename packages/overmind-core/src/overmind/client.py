@@ -88,14 +88,23 @@ class Client:
         ask never waits, so a stopped server costs one reply timeout, not the whole wait.
         """
         reply, fds = self._get_once(key, claim, None)
-        if wait and reply["status"] == "busy":
+        try:
+            if wait and reply["status"] == "busy":
+                close_fds(fds)
+                fds = []
+                wait_s = timeouts.wait_timeout() if timeout is None else max(0.0, float(timeout))
+                reply, fds = self._get_once(key, claim, wait_s)
+            if reply["status"] != "hit":
+                close_fds(fds)
+                return GetResult(reply["status"])
+            return GetResult("hit", reply["entry"], self._pair(reply.get("fd_entries", []), fds))
+        except OvermindError:
+            raise
+        except BaseException:
+            # Interrupted between two asks or after the answer: a claim it may have got must not outlive this.
             close_fds(fds)
-            wait_s = timeouts.wait_timeout() if timeout is None else max(0.0, float(timeout))
-            reply, fds = self._get_once(key, claim, wait_s)
-        if reply["status"] != "hit":
-            close_fds(fds)
-            return GetResult(reply["status"])
-        return GetResult("hit", reply["entry"], self._pair(reply.get("fd_entries", []), fds))
+            self._drop_connection()
+            raise
 
     def publish(self, key: str, fd: int, *, deps: Iterable[str] = (), meta: dict[str, Any] | None = None) -> str:
         """Publish the sealed memfd ``fd`` (left open) as ``key``; returns the entry_id (an existing one if
