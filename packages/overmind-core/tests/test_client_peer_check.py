@@ -94,3 +94,80 @@ def test_a_swapped_in_server_of_another_user_is_never_spoken_to(monkeypatch):
     # Each connection the attacker saw was refused (others were refused before connecting, by the socket
     # file's owner).
     assert outcomes.get("UntrustedServer", 0) >= attack["connections"], (attack, outcomes)
+
+
+LOAD = """
+import warnings, torch, overmind
+import fault_loaders as L
+from overmind.fallback import OvermindWarning
+from overmind.testing import report, overmind_mapped
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    obj = overmind.load(L.build, 9)
+report({"right": bool(torch.equal(obj, L.expected(9))), "mapped": overmind_mapped(obj.data_ptr()),
+        "warned": [str(w.message) for w in caught if issubclass(w.category, OvermindWarning)]})
+"""
+
+
+def _listen_as_nobody(sock_path: str) -> tuple[int, int]:
+    """Fork a child that, as nobody, listens at ``sock_path`` and writes one byte to the returned pipe for
+    every connection on which it receives anything; returns ``(pid, read end)``."""
+    ready_r, ready_w = os.pipe()
+    heard_r, heard_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: only modules this process already imported
+        try:
+            import socket
+
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind(sock_path)
+            listener.listen(16)
+            os.write(ready_w, b"r")
+            while True:
+                conn, _ = listener.accept()
+                conn.settimeout(2)
+                try:
+                    if conn.recv(1):
+                        os.write(heard_w, b"1")
+                except OSError:
+                    pass
+                conn.close()
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    os.close(heard_w)
+    assert os.read(ready_r, 1) == b"r"
+    os.close(ready_r)
+    return pid, heard_r
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the impostor as another user")
+@pytest.mark.parametrize("socket_owner", ["theirs", "chowned to us"])
+def test_a_load_refuses_a_server_of_another_user_with_one_warning(runtime_dir, socket_owner):
+    sock_path = os.path.join(runtime_dir, "server.sock")
+    os.chmod(runtime_dir, 0o777)  # only while the impostor binds: then the directory looks right again
+    try:
+        pid, heard = _listen_as_nobody(sock_path)
+    finally:
+        os.chmod(runtime_dir, 0o700)
+    try:
+        if socket_owner == "chowned to us":
+            os.chown(sock_path, os.getuid(), os.getgid())  # the file check passes: only SO_PEERCRED can tell
+        seen = fault_procs.run(LOAD, timeout=60)
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    os.set_blocking(heard, False)
+    try:
+        spoke = os.read(heard, 100)
+    except BlockingIOError:
+        spoke = b""
+    os.close(heard)
+    assert spoke == b"", "the client sent bytes to another user's server"
+    assert seen.get("right") and not seen["mapped"], seen
+    assert len(seen["warned"]) == 1, seen
+    why = "not a socket of yours" if socket_owner == "theirs" else f"runs as uid {NOBODY}, not as you"
+    assert why in seen["warned"][0], seen["warned"]
