@@ -19,7 +19,7 @@ import os
 import threading
 from typing import Any, Callable
 
-from . import fallback, key, pickling, plugins
+from . import arguments_ref, fallback, key, pickling, plugins
 from .errors import OvermindError, ServerError
 
 log = logging.getLogger("overmind")
@@ -58,7 +58,21 @@ def load(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
         fallback.step_aside(f"overmind: could not compute a cache key for {getattr(fn, '__qualname__', fn)!r} "
                             f"({type(e).__name__}: {e}); loaded without the cache. Please report this.", e)
         return fn(*args, **kwargs)
-    return _cached_call(loader, cache_key, args, kwargs)
+    return _cached_call(loader, cache_key, args, kwargs, _Recheck(loader, arguments, extra), arguments=arguments)
+
+
+class _Recheck:
+    """Recomputes a call's key after its loader ran: a file swapped during the load, or an argument the loader
+    changed (``vae.half()`` inside it), means the result may not be what the key describes."""
+
+    def __init__(self, loader: key.Loader, arguments: dict, extra: list) -> None:
+        self.loader, self.arguments, self.extra = loader, arguments, extra
+
+    def unchanged(self, ck: key.CacheKey) -> bool:
+        try:
+            return key.make_key(self.loader, self.arguments, self.extra, _value_hook).key == ck.key
+        except key.Unkeyable:
+            return False
 
 
 def _value_hook(value: Any) -> Any:
@@ -70,7 +84,8 @@ def _wait_timeout(nested: bool) -> float:
     return min(total, NESTED_WAIT_S) if nested else total
 
 
-def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict) -> Any:
+def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict,
+                 recheck: _Recheck | None = None, arguments: dict | None = None) -> Any:
     fn, stack = loader.fn, _loading_stack()
     if ck.key in stack:
         return fn(*args, **kwargs)  # the loader calls itself with the same arguments: no claim to wait on
@@ -86,7 +101,7 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         return fn(*args, **kwargs)
     if res.status == "hit":
         try:
-            return rebuild(res, ck.key)
+            return rebuild(res, ck.key, arguments)
         except Exception as e:
             with contextlib.suppress(Exception):  # out of service in the server: the next load republishes it
                 client.mark_bad(ck.key, res.entry["entry_id"])
@@ -111,8 +126,12 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
     finally:
         stack.pop()
     inner_causes = nested_causes - outer_causes
+    if recheck is not None and not recheck.unchanged(ck):
+        _release(client, ck.key)
+        log.debug("overmind: not caching %s: its files or arguments changed while it loaded", loader.name)
+        return result
     try:
-        rebuilt = publish(client, loader, ck, result)
+        rebuilt = publish(client, loader, ck, result, arguments)
     except Exception as e:
         _release(client, ck.key)
         if type(e) in inner_causes and not fallback.strict():
@@ -155,24 +174,31 @@ def _release(client, cache_key: str) -> None:
         log.debug("overmind: release of %s failed: %s", cache_key[:12], e)
 
 
-def _pickle_result(loader: key.Loader, result: Any, reference_mapped: bool) -> pickling.Pickled:
+def _pickle_result(loader: key.Loader, result: Any, reference_mapped: bool,
+                   arguments: dict | None = None) -> pickling.Pickled:
     with contextlib.ExitStack() as stack:
         for cm in plugins.call_hook("overmind_prepare_result", result=result, loader=loader):
             stack.enter_context(cm)
-        return pickling.dumps(result, plugins.reducers(), reference_mapped=reference_mapped)
+        return pickling.dumps(result, plugins.reducers(), reference_mapped=reference_mapped, arguments=arguments)
 
 
-def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any) -> Any:
-    """Write ``result`` into a sealed memfd, publish it under ``ck`` and return it rebuilt from there."""
+def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments: dict | None = None) -> Any:
+    """Write ``result`` into a sealed memfd, publish it under ``ck`` and return it rebuilt from there.
+
+    Objects of the call's bound ``arguments`` that the result holds are recorded as references to those
+    arguments (not pickled, their bytes not copied), and the rebuilt result holds the very same objects.
+    """
     from .shm.writer import write_entry
 
     adapters_meta: dict = {}
     for part in plugins.call_hook("overmind_entry_metadata", result=result, loader=loader):
         adapters_meta.update(part)
     for reference_mapped in (True, False):
-        pickled = _pickle_result(loader, result, reference_mapped)
+        pickled = _pickle_result(loader, result, reference_mapped, arguments)
         meta = {"loader": loader.name, "summary": ck.summary, "pickler": pickled.pickler, "pid": os.getpid(),
                 "adapters": adapters_meta}
+        if pickled.argument_aliases:
+            meta["argument_aliases"] = pickled.argument_aliases
         fd = write_entry(pickled.skeleton, pickled.storages, pickled.data_len, name=f"overmind:{loader.name}"[:240])
         try:
             client.publish(ck.key, fd, deps=sorted(pickled.deps), meta=meta)
@@ -186,11 +212,15 @@ def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any) -> Any:
     res = client.get(ck.key, claim=False, wait=False)
     if res.status != "hit":
         raise OvermindError(f"entry {ck.key[:12]} vanished right after publishing (evicted under the memory budget?)")
-    return rebuild(res, ck.key)
+    return rebuild(res, ck.key, arguments)
 
 
-def rebuild(res, cache_key: str) -> Any:
-    """Map a hit's memfds copy-on-write and unpickle the entry; closes the fds."""
+def rebuild(res, cache_key: str, arguments: dict | None = None) -> Any:
+    """Map a hit's memfds copy-on-write and unpickle the entry; closes the fds.
+
+    ``arguments`` are this call's bound arguments: where the entry records an argument, the result gets this
+    caller's object (``pipe.vae is vae``); an argument that does not fit raises ``ArgumentMismatch``.
+    """
     from .shm.reader import EntryMapping
 
     entry = res.entry
@@ -211,33 +241,12 @@ def rebuild(res, cache_key: str) -> Any:
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        obj = pickling.loads(own.skeleton(), storage_source, meta.get("pickler", "pickle"))
+        obj = pickling.loads(own.skeleton(), storage_source, meta.get("pickler", "pickle"), arguments,
+                             meta.get("argument_aliases") or ())
     finally:
         if gc_was_enabled:
             gc.enable()
     obj = plugins.chain("overmind_after_unpickle", "result", obj, metadata=adapters_meta)
-    key.remember_origin(obj, cache_key, _is_pristine)
+    if arguments_ref.ArgumentIndex(arguments).path_of(obj) is None:
+        key.remember_origin(obj, cache_key)  # (an argument returned as it was keeps its own origin)
     return obj
-
-
-def _is_pristine(obj: Any) -> bool:
-    """Whether ``obj``'s tensors (for an ``nn.Module``: its parameters and buffers) still hold the bytes of
-    the entry they were mapped from. Storages outside any mapping (moved to a GPU) cannot be checked and are
-    taken as unchanged."""
-    import torch
-
-    from .shm import mappings
-
-    if isinstance(obj, torch.nn.Module):
-        tensors = list(obj.parameters()) + list(obj.buffers())
-    elif isinstance(obj, torch.Tensor):
-        tensors = [obj]
-    else:
-        return True
-    ranges = []
-    for t in tensors:
-        s = t.untyped_storage()
-        ptr, n = s.data_ptr(), s.nbytes()
-        if s.device.type == "cpu" and n and mappings.contains(ptr):
-            ranges.append((ptr, n))
-    return mappings.all_pristine(ranges)

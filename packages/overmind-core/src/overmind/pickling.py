@@ -6,19 +6,26 @@ mapping already holds them (referenced, not copied). Tensors, ``nn.Parameter`` a
 through torch's own reduce, so dtype, shape, strides, offset, ``requires_grad`` and type survive, and views
 of one storage still share one storage.
 
+Objects the call was given (``vae=vae``) become ``("arg", path, type)`` persistent ids and are the
+caller's objects again on rebuild (see :mod:`.arguments_ref`). Open files, sockets, threads, locks and the
+like are refused (see :mod:`.resources`). Pickling runs on a helper thread whose C stack fits the
+recursion limit (see :mod:`.deepstack`), so a deep graph falls back instead of crashing.
+
 The C pickler is tried first (fast); objects it cannot handle (lambdas, local classes) send the whole
-graph through dill. Unpickling always uses the C unpickler.
+graph through dill. A dill dump is read with dill's unpickler, any other with the C unpickler.
 """
 from __future__ import annotations
 
 import io
 import pickle
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 import dill
 import torch
 
+from . import arguments_ref, deepstack, resources
 from .shm import mappings
 from .shm.layout import STORAGE_ALIGN, align
 
@@ -34,19 +41,32 @@ class Pickled:
     data_len: int
     deps: set[str] = field(default_factory=set)
     pickler: str = "pickle"
+    # Paths of objects passed more than once to the call (``[a, a]``) that the skeleton refers to; a rebuild
+    # checks they are one object again (see arguments_ref.check_aliases).
+    argument_aliases: list = field(default_factory=list)
 
 
 class _StorageTable:
-    """Assigns each distinct storage met during pickling its place, once."""
+    """Assigns each distinct storage met during pickling its place, once; names the call's arguments and
+    refuses system resources (the pickler asks it about every object it meets)."""
 
-    def __init__(self, reference_mapped: bool):
+    def __init__(self, reference_mapped: bool, arguments: arguments_ref.ArgumentIndex | None = None):
         self.reference_mapped = reference_mapped
         self.storages: list[tuple[torch.UntypedStorage, int]] = []
         self.seen: dict[tuple, tuple] = {}
         self.cursor = 0
         self.deps: set[str] = set()
+        self.arguments = arguments if arguments else None
+        self._argument_ids = arguments.ids if arguments else {}
+        self._refused = resources.verdicts
 
     def persistent_id(self, obj: Any):
+        # Called for every object pickled: two dict lookups in the common case.
+        if id(obj) in self._argument_ids:
+            return self.arguments.reference(obj)
+        refused = self._refused.get(type(obj))
+        if refused or (refused is None and resources.is_refused(type(obj))):
+            raise _Refused(obj)
         if isinstance(obj, torch.UntypedStorage):
             # Comes back as TypedStorage(uint8), as from torch.load: tensor rebuilds (_rebuild_tensor_v3)
             # expect that wrapper.
@@ -125,28 +145,45 @@ _CPickler = _pickler_class(pickle.Pickler)
 _DillPickler = _pickler_class(dill.Pickler)
 
 
-def dumps(obj: Any, reducers: Mapping[type, Any] = (), reference_mapped: bool = True) -> Pickled:
+def dumps(obj: Any, reducers: Mapping[type, Any] = (), reference_mapped: bool = True,
+          arguments: Mapping[str, Any] | None = None) -> Pickled:
     """Pickle ``obj`` with its storages out of band.
 
     ``reducers`` maps types to a ``__reduce__``-style function, or a list of them tried in turn
     (adapters' ``overmind_reducers``, merged by ``plugins.reducers()``).
     ``reference_mapped=False`` copies every storage even if it already lives in an entry mapping.
+    ``arguments`` are the call's bound arguments: an object passed there is recorded as a reference to the
+    argument, not pickled; pass the same call's arguments to :func:`loads`.
+
+    Raises :class:`PicklingFailed` (or its subclasses :class:`ResourceRefused`, :class:`TooDeep`).
     """
     reducer_table = _Reducers(dict(reducers))
+    index = arguments_ref.ArgumentIndex(dict(arguments) if arguments else None)
+    try:
+        return deepstack.call(_dumps, obj, reducer_table, reference_mapped, index)
+    except RecursionError as e:
+        raise TooDeep(obj, e) from e
+
+
+def _dumps(obj: Any, reducer_table: _Reducers, reference_mapped: bool,
+           index: arguments_ref.ArgumentIndex) -> Pickled:
     first_error: Exception | None = None
     for name, cls in (("pickle", _CPickler), ("dill", _DillPickler)):
-        table = _StorageTable(reference_mapped)
+        index.used = set()
+        table = _StorageTable(reference_mapped, index)
         buf = io.BytesIO()
         try:
             cls(buf, table, reducer_table).dump(obj)
         except RecursionError:
-            raise
+            raise  # dill recurses deeper still
+        except _Refused as e:
+            raise ResourceRefused(e.obj, resources.find_path(obj, e.obj)) from None
         except Exception as e:  # pickle raises PicklingError, TypeError, AttributeError...
             first_error = first_error or e
             if name == "dill":
                 raise PicklingFailed(obj, e, first_error) from e
             continue
-        return Pickled(buf.getvalue(), table.storages, table.cursor, table.deps, name)
+        return Pickled(buf.getvalue(), table.storages, table.cursor, table.deps, name, index.alias_groups())
     raise AssertionError("unreachable")
 
 
@@ -161,15 +198,51 @@ class PicklingFailed(Exception):
         )
 
 
-class _StorageLoader:
-    """Answers persistent ids with storages, building each distinct one once (views keep sharing)."""
+class _Refused(Exception):
+    def __init__(self, obj: Any):
+        super().__init__(type(obj).__qualname__)
+        self.obj = obj
 
-    def __init__(self, storage_source: Callable[[Any, int, int], torch.UntypedStorage]):
+
+class ResourceRefused(PicklingFailed):
+    """The result holds an open file, socket, thread, lock or the like (see :mod:`.resources`); not cached."""
+
+    has_fix = True
+
+    def __init__(self, obj: Any, where: str | None):
+        Exception.__init__(self, resources.refusal(obj, where))
+        self.type_name = f"{type(obj).__module__}.{type(obj).__qualname__}"
+        self.where = where
+
+
+class TooDeep(PicklingFailed):
+    """The result's object graph nests deeper than the recursion limit lets the pickler go; not cached."""
+
+    has_fix = True
+
+    def __init__(self, obj: Any, error: RecursionError):
+        Exception.__init__(
+            self, f"the {type(obj).__module__}.{type(obj).__qualname__} result nests too deep to pickle within the "
+                  f"recursion limit ({sys.getrecursionlimit()}): {error}. Raise sys.setrecursionlimit() to cache it "
+                  f"(Overmind pickles on a thread with a C stack sized for the limit, up to "
+                  f"{deepstack.stack_for(10**9)[1]} levels).")
+
+
+class _StorageLoader:
+    """Answers persistent ids with storages, building each distinct one once (views keep sharing), and
+    argument references with the current call's objects."""
+
+    def __init__(self, storage_source: Callable[[Any, int, int], torch.UntypedStorage],
+                 arguments: Mapping[str, Any] | None = None):
         self._source = storage_source
         self._built: dict[tuple, torch.UntypedStorage] = {}
+        self._arguments = arguments
 
     def __call__(self, pid):
         kind = pid[0]
+        if kind == "arg":
+            _, path, type_name = pid
+            return arguments_ref.resolve(self._arguments, path, type_name)
         if kind == "meta":
             _, nbytes, dtype = pid
             return _wrap(torch.UntypedStorage(nbytes, device="meta"), dtype)
@@ -205,11 +278,15 @@ _CUnpickler = _unpickler_class(pickle.Unpickler)
 _DillUnpickler = _unpickler_class(dill.Unpickler)
 
 
-def loads(skeleton, storage_source: Callable[[Any, int, int], torch.UntypedStorage], pickler: str = "pickle") -> Any:
+def loads(skeleton, storage_source: Callable[[Any, int, int], torch.UntypedStorage], pickler: str = "pickle",
+          arguments: Mapping[str, Any] | None = None, argument_aliases: list = ()) -> Any:
     """Rebuild an object from ``skeleton``; ``storage_source(where, offset, nbytes)`` gives each storage.
 
     ``pickler`` is :attr:`Pickled.pickler` of the dump: a dill dump is read with dill's unpickler, which
-    resolves the classes dill pickled by value.
+    resolves the classes dill pickled by value. ``arguments`` are this call's bound arguments, and
+    ``argument_aliases`` the dump's :attr:`Pickled.argument_aliases`: the objects the skeleton names as
+    arguments are taken from there (:class:`~overmind.arguments_ref.ArgumentMismatch` if they do not fit).
     """
+    arguments_ref.check_aliases(arguments, argument_aliases)
     cls = _DillUnpickler if pickler == "dill" else _CUnpickler
-    return cls(io.BytesIO(skeleton), _StorageLoader(storage_source)).load()
+    return cls(io.BytesIO(skeleton), _StorageLoader(storage_source, arguments)).load()

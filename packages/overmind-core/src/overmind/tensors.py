@@ -4,10 +4,15 @@ torch's own ``__reduce_ex__`` rebuilds every tensor through ``torch._utils._rebu
 path that also looks for fake-tensor modes; a pipeline's warm load rebuilds thousands of tensors, so that
 overhead shows. Anything unusual (subclasses, conjugate or negative views, backward hooks, quantized,
 sparse or meta tensors, tensor metadata) is left to torch's reduce by answering ``NotImplemented``.
+
+Neither reduce keeps ``.grad`` (torch's drops it), so a leaf's gradient rides along as one more tensor
+(its storage out of band like any other: zero-copy on rebuild) and is set again after the rebuild.
 """
 from __future__ import annotations
 
 from typing import Any
+
+import pickle
 
 import torch
 
@@ -16,18 +21,20 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 def reduce_tensor(t: torch.Tensor) -> Any:
     cls = type(t)
+    grad = t.grad if t.is_leaf else None  # a non-leaf's .grad is None unless retain_grad(), and warns
     if (cls not in _PLAIN or t.layout is not torch.strided or t.device.type == "meta" or t.is_quantized
             or t.is_conj() or t.is_neg() or t._backward_hooks or torch._utils.get_tensor_metadata(t)
             or (t.grad_fn is not None)):
-        return NotImplemented
+        return NotImplemented if grad is None else _reduce_keeping_grad(t, grad)
     state = dict(t.__dict__) if t.__dict__ else None
     storage = torch.storage.TypedStorage(wrap_storage=t.untyped_storage(), dtype=t.dtype, _internal=True)
-    return (rebuild_tensor, (storage, t.storage_offset(), tuple(t.size()), t.stride(), t.requires_grad,
-                             cls is torch.nn.Parameter, state))
+    args = (storage, t.storage_offset(), tuple(t.size()), t.stride(), t.requires_grad, cls is torch.nn.Parameter,
+            state)
+    return (rebuild_tensor, args if grad is None else args + (grad,))
 
 
 def rebuild_tensor(storage, offset: int, size: tuple, stride: tuple, requires_grad: bool, is_parameter: bool,
-                   state: dict | None) -> torch.Tensor:
+                   state: dict | None, grad: torch.Tensor | None = None) -> torch.Tensor:
     untyped = storage._untyped_storage
     t = torch.empty((0,), dtype=storage.dtype, device=untyped.device).set_(untyped, offset, size, stride)
     if is_parameter:
@@ -36,6 +43,20 @@ def rebuild_tensor(storage, offset: int, size: tuple, stride: tuple, requires_gr
         t.requires_grad_(True)
     if state:
         t.__dict__.update(state)
+    if grad is not None:
+        t.grad = grad
+    return t
+
+
+def _reduce_keeping_grad(t: torch.Tensor, grad: torch.Tensor) -> tuple:
+    """torch's own reduce of ``t``, with its rebuild wrapped to set ``.grad`` again."""
+    rv = t.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+    return (rebuild_with_grad, (rv[0], rv[1], grad)) + tuple(rv[2:])
+
+
+def rebuild_with_grad(rebuild, args: tuple, grad: torch.Tensor) -> torch.Tensor:
+    t = rebuild(*args)
+    t.grad = grad
     return t
 
 
