@@ -71,13 +71,6 @@ def test_a_runtime_dir_this_user_cannot_write_falls_back(runtime_dir):
     _case({"CASE_AS_NOBODY": "1"}, "cannot create", f"[fail] runtime dir: cannot create {runtime_dir}/")
 
 
-# api._wait_timeout (api.py, not the client's) parses OVERMIND_WAIT_TIMEOUT with float() before its fallback
-# try-block; the fix is to read it with overmind.timeouts.wait_timeout() inside that block. Strict: once that
-# lands, this case passes and the marker must go.
-WAIT_IN_API = pytest.mark.xfail(strict=True, reason="api._wait_timeout raises ValueError outside the fallback")
-
-
-@pytest.mark.parametrize("name", [pytest.param("OVERMIND_WAIT_TIMEOUT", marks=WAIT_IN_API), "OVERMIND_REPLY_TIMEOUT",
-                                  "OVERMIND_SERVER_START_TIMEOUT"])
+@pytest.mark.parametrize("name", ["OVERMIND_WAIT_TIMEOUT", "OVERMIND_REPLY_TIMEOUT", "OVERMIND_SERVER_START_TIMEOUT"])
 def test_a_bad_setting_falls_back(runtime_dir, name):
     _case({name: "abc"}, f"{name}='abc'", f"{name}='abc' is not a positive number of seconds")

@@ -80,7 +80,10 @@ def _value_hook(value: Any) -> Any:
 
 
 def _wait_timeout(nested: bool) -> float:
-    total = float(os.environ.get("OVERMIND_WAIT_TIMEOUT", DEFAULT_WAIT_S))
+    # A bad OVERMIND_WAIT_TIMEOUT is a SettingError (an OvermindError): read inside the fallback (issue 10.10).
+    from .timeouts import wait_timeout
+
+    total = wait_timeout()
     return min(total, NESTED_WAIT_S) if nested else total
 
 
@@ -91,8 +94,8 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         return fn(*args, **kwargs)  # the loader calls itself with the same arguments: no claim to wait on
     from .client import get_client
 
-    wait_s = _wait_timeout(nested=bool(stack))
     try:
+        wait_s = _wait_timeout(nested=bool(stack))
         client = get_client()
         res = client.get(ck.key, claim=True, wait=True, timeout=wait_s)
     except OvermindError as e:
