@@ -119,3 +119,36 @@ def test_a_config_passed_as_config_is_keyed_by_every_attribute():
     other.rope_theta = 1.0
     assert len({k, _key_of(changed), _key_of(other)}) == 3
     assert json.dumps(c.to_dict(), default=str) and torch is not None
+
+
+LOADERS_SCRIPT = """
+import hashlib
+import overmind
+overmind.activate()
+import diffusers, transformers, sentence_transformers  # the imports patch every target
+from overmind import key, patching
+from overmind.canon import Walk
+from overmind.testing import report
+out = {}
+for t in patching.patched_targets():
+    if t.kind == "replace":
+        continue
+    original = patching.get_original(t.owner, t.name)
+    fn = original.__get__(None, t.owner) if t.kind == "classmethod" else getattr(original, "__func__", original)
+    try:
+        ld = key.describe_loader(fn)
+        out[t.describe()] = hashlib.sha256(repr(key.loader_identity(ld, Walk())).encode()).hexdigest()[:16]
+    except key.Unkeyable as e:
+        out[t.describe()] = "UNKEYABLE: " + str(e)
+report(out)
+"""
+
+
+def test_every_patched_loader_has_a_key_and_the_same_one_in_every_process():
+    """A loader the key code cannot describe would run uncached, silently, forever: every patch target of the
+    shipped adapters must have a key, and one and the same key in a second process."""
+    first, second = run_fresh(LOADERS_SCRIPT), run_fresh(LOADERS_SCRIPT)
+    assert len(first) > 20
+    unkeyable = {k: v for k, v in first.items() if v.startswith("UNKEYABLE")}
+    assert not unkeyable
+    assert first == second

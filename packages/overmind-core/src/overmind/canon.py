@@ -26,6 +26,7 @@ import enum
 import functools
 import hashlib
 import os
+import re
 import struct
 import sys
 import types
@@ -115,6 +116,9 @@ class Walk:
             return ("entry", origin)
         if isinstance(v, type):
             return self.type_id(v, depth)
+        special = _builtin_form(self, v, t, depth)
+        if special is not None:
+            return special
         if isinstance(v, (classmethod, staticmethod)):
             return (t.__name__, self.value(v.__func__, depth))
         if isinstance(v, property):
@@ -270,6 +274,22 @@ class Walk:
         if self.functions > MAX_FUNCTIONS:
             raise Unkeyable(f"the loader reaches more than {MAX_FUNCTIONS} functions and classes of the user's "
                             f"code (at {name}); too many to key")
+
+
+def _builtin_form(walk: Walk, v: Any, t: type, depth: int) -> Any:
+    """Builtin C types whose whole state is public: read-only dict views, typing aliases, compiled regular
+    expressions, memoising wrappers (keyed by the function they wrap: a cache does not change results)."""
+    if t is types.MappingProxyType:
+        return ("mappingproxy", walk._items(dict(v), depth))
+    if t is types.GenericAlias or t is getattr(types, "UnionType", None):
+        return (t.__name__, walk.value(getattr(v, "__origin__", None), depth), walk.value(v.__args__, depth))
+    if t is re.Pattern:
+        return ("re", walk.value(v.pattern, depth), v.flags)
+    if t is functools._lru_cache_wrapper:
+        return ("lru_cache", walk.value(v.__wrapped__, depth))
+    if t is types.SimpleNamespace:
+        return ("namespace", walk._items(vars(v), depth))
+    return None
 
 
 _EMPTY = ("empty-cell",)
