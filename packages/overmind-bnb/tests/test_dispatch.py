@@ -7,6 +7,7 @@ to disk (``llm_int8_enable_fp32_cpu_offload=True``); a quantized model dispatche
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import pickle
 
@@ -17,7 +18,7 @@ from bitsandbytes.nn import Linear4bit, Params4bit
 from transformers import AutoModelForCausalLM
 
 from bnb_testlib import PROMPT_IDS, Roundtrip, config_4bit, plain_roundtrip
-from overmind_bnb import dispatch, plugin
+from overmind_bnb import dispatch, packing, plugin
 
 IDS = torch.tensor(PROMPT_IDS)
 DISK_MAP = {"model.embed_tokens": "cpu", "model.layers": "cpu", "model.norm": "cpu", "model.rotary_emb": "cpu",
@@ -117,7 +118,15 @@ def test_dispatched_quantized_model_with_tied_weights(tied_llama_path):
 
 def test_undispatched_or_unquantized_results_are_left_alone(llama_path):
     model = AutoModelForCausalLM.from_pretrained(llama_path, quantization_config=config_4bit(), device_map="cpu")
-    assert plugin.overmind_prepare_result(model, loader=None) is None
+    before = dict(model.__dict__)
+    cm = plugin.overmind_prepare_result(model, loader=None)
+    # Nothing to strip; on a CPU whose bitsandbytes repacks 4-bit weights (AVX512-BF16, as here) the context
+    # adds the precomputed packing beside the model for pickling and nothing else (test_variants_matrix.py).
+    assert (cm is not None) == packing.has_repackable(model)
+    with cm or contextlib.nullcontext():
+        assert dispatch.MARKER not in model.__dict__
+        assert (packing.MARKER in model.__dict__) == (cm is not None)
+    assert model.__dict__ == before
     plain = dispatch_model(AutoModelForCausalLM.from_pretrained(llama_path), device_map={"": "cpu"}, force_hooks=True)
     assert plugin.overmind_prepare_result(plain, loader=None) is None  # overmind-transformers' business
     assert plugin.overmind_prepare_result({"a": 1}, loader=None) is None

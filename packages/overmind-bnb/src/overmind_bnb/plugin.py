@@ -6,18 +6,20 @@ function through ``overmind.load``; this adapter makes their results cacheable a
 
 - ``overmind_reducers``: ``Params4bit`` / ``Int8Params`` keep their class and quantization state, zero-copy.
 - ``overmind_prepare_result``: accelerate's dispatch hooks and move guards off a quantized model while it is
-  pickled, back on afterwards.
-- ``overmind_after_unpickle``: the same hooks and guards rebuilt on the cached copy.
+  pickled, back on afterwards; on CPU, the repacked form of its 4-bit weights computed and pickled beside them.
+- ``overmind_after_unpickle``: the same hooks and guards rebuilt on the cached copy; the repacked 4-bit forms
+  handed to the copy's first forward, so its weights stay in shared memory (:mod:`overmind_bnb.packing`).
 - ``overmind_key_for_value`` / ``overmind_key_parts``: ``BitsAndBytesConfig`` and the bitsandbytes version.
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Any, ContextManager, Iterator, Mapping
 
 from overmind.hookspecs import hookimpl
 
-from . import dispatch, keys, reducers
+from . import dispatch, keys, packing, reducers
 
 
 @hookimpl
@@ -43,9 +45,22 @@ def overmind_key_parts(loader: Any, arguments: dict[str, Any]) -> Any:
 # tryfirst: entered before other adapters' context managers, so they see the model undispatched.
 @hookimpl(tryfirst=True)
 def overmind_prepare_result(result: Any, loader: Any) -> ContextManager | None:
-    """Strip accelerate's dispatch hooks and move guards from a quantized result while it is pickled."""
-    roots = [m for m in _modules_in(result) if _is_quantized(m) and dispatch.has_dispatch_state(m)]
-    return dispatch.stripped(roots) if roots else None
+    """While a quantized result is pickled: accelerate's dispatch hooks and move guards off, and the CPU
+    packing of its 4-bit weights precomputed beside them (see :mod:`overmind_bnb.packing`)."""
+    quantized = [m for m in _modules_in(result) if _is_quantized(m)]
+    dispatched = [m for m in quantized if dispatch.has_dispatch_state(m)]
+    repackable = [m for m in quantized if packing.has_repackable(m)]
+    return _readied(dispatched, repackable) if dispatched or repackable else None
+
+
+@contextlib.contextmanager
+def _readied(dispatched: list[Any], repackable: list[Any]) -> Iterator[None]:
+    with contextlib.ExitStack() as stack:
+        if dispatched:
+            stack.enter_context(dispatch.stripped(dispatched))
+        if repackable:
+            stack.enter_context(packing.precomputed(repackable))
+        yield
 
 
 # tryfirst: this hook is firstresult, and another adapter answering first would skip this one.
@@ -55,6 +70,8 @@ def overmind_after_unpickle(result: Any, metadata: Mapping[str, Any]) -> None:
     for module in _modules_in(result):
         if dispatch.MARKER in module.__dict__:
             dispatch.reattach(module)
+        if packing.MARKER in module.__dict__:
+            packing.adopt(module)
     return None
 
 
