@@ -50,3 +50,15 @@ def test_values_without_a_visible_state_are_refused():
     # A dict's insertion order is what a loader iterating it sees: it is part of the value.
     assert key.canon({"b": 1, "a": [1, 2]}) != key.canon({"a": [1, 2], "b": 1})
     assert key.canon({"b": 1, "a": [1, 2]}) == key.canon({"b": 1, "a": [1, 2]})
+
+
+def test_pathlib_paths_are_keyed_by_their_fingerprint(tmp_path):
+    """A pathlib path's slots hold parts like "/"; only its string names what the loader reads."""
+    import pathlib
+
+    (tmp_path / "a.bin").write_bytes(b"1")
+    ld = key.describe_loader(loader)
+    k1 = key.make_key(ld, key.bind_arguments(ld, (pathlib.Path(tmp_path),), {})).key
+    assert k1 == key.make_key(ld, key.bind_arguments(ld, (pathlib.Path(str(tmp_path)),), {})).key
+    (tmp_path / "a.bin").write_bytes(b"22")
+    assert key.make_key(ld, key.bind_arguments(ld, (pathlib.Path(tmp_path),), {})).key != k1

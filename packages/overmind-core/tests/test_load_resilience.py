@@ -208,3 +208,37 @@ def test_an_inconsistent_entry_gives_the_plain_result(overmind_runtime, sealed_m
     m, w = _quiet_load(build, 20)
     assert _plain_equal(m, 20) and recorded_calls() == [20]
     assert len(w) == 1 and "cannot rebuild entry" in str(w[0].message) and "overmind evict" in str(w[0].message)
+
+
+class InterruptsPickling:
+    """A result whose pickling is interrupted (Ctrl-C arriving while the cold load publishes)."""
+
+    def __reduce__(self):
+        if os.environ.get("OM_TEST_INTERRUPT_PICKLING") == "1":
+            raise KeyboardInterrupt
+        return (InterruptsPickling, ())
+
+
+def interrupted_publish(n: int):
+    return {"n": n, "trap": InterruptsPickling()} if n else {"n": n}
+
+
+def test_ctrl_c_while_publishing_gives_the_claim_back(overmind_runtime, monkeypatch):
+    monkeypatch.setenv("OM_TEST_INTERRUPT_PICKLING", "1")
+    with pytest.raises(KeyboardInterrupt):
+        overmind.load(interrupted_publish, 1)
+    monkeypatch.delenv("OM_TEST_INTERRUPT_PICKLING")
+    # The claim must be free now, not held until this process's connection closes: another process gets it.
+    got = run_fresh(f"""
+import sys, warnings
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+import overmind
+from overmind.fallback import OvermindWarning
+from overmind.testing import report
+from test_load_resilience import interrupted_publish
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    overmind.load(interrupted_publish, 1)
+report([str(x.message) for x in w if issubclass(x.category, OvermindWarning)])
+""", env={"OVERMIND_WAIT_TIMEOUT": "3"})
+    assert got == [], got

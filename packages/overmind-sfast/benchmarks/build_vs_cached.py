@@ -44,7 +44,7 @@ with counter.installed():
         t = time.perf_counter()
         sp.render(pipe)
         renders.append(time.perf_counter() - t)
-print("RESULT" + json.dumps({{"made": made, "renders": renders, "traces": counter.calls, "builds": sp.BUILDS}}))
+print("RESULT" + json.dumps({{"made": made, "renders": renders, "traces": counter.calls, "builds": sp.builds()}}))
 """
 
 

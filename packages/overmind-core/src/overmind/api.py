@@ -105,6 +105,12 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
     if res.status == "hit":
         try:
             return rebuild(res, ck.key, arguments)
+        except arguments_ref.ArgumentMismatch as e:
+            # This call's objects do not fit where the entry holds arguments: the entry is sound, the call is not
+            # the one it was made for (a key that should have told them apart). Plain call; the entry stays.
+            fallback.step_aside(f"overmind: entry {ck.key[:12]} of {loader.name} does not fit this call's arguments "
+                                f"({e}); loaded without the cache. Please report this.", e)
+            return fn(*args, **kwargs)
         except Exception as e:
             with contextlib.suppress(Exception):  # out of service in the server: the next load republishes it
                 client.mark_bad(ck.key, res.entry["entry_id"])
@@ -118,23 +124,33 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
                             f"OVERMIND_WAIT_TIMEOUT to wait longer.")
         return fn(*args, **kwargs)
 
+    try:
+        return _load_claimed(client, loader, ck, args, kwargs, recheck, arguments, stack)
+    except BaseException:
+        # The loader raised, or Ctrl-C / a signal handler's exception arrived anywhere while this call held the
+        # claim: give it back now, or other processes wait on it until this connection closes.
+        _release(client, ck.key)
+        raise
+
+
+def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict,
+                  recheck: _Recheck | None, arguments: dict | None, stack: list) -> Any:
+    """Run the loader under this call's claim, then publish; exceptions of the loader propagate."""
+    fn = loader.fn
     nested_causes = _warned_causes(outermost=not stack)
     outer_causes = set(nested_causes)
     stack.append(ck.key)
     try:
         result = fn(*args, **kwargs)
-    except BaseException:
-        _release(client, ck.key)
-        raise
     finally:
         stack.pop()
     inner_causes = nested_causes - outer_causes
-    if recheck is not None and not recheck.unchanged(ck):
-        _release(client, ck.key)
-        log.debug("overmind: not caching %s: its files or arguments changed while it loaded", loader.name)
-        return result
     try:
-        rebuilt = publish(client, loader, ck, result, arguments)
+        rebuilt = publish(client, loader, ck, result, arguments, recheck)
+    except KeyChanged as e:
+        _release(client, ck.key)
+        log.debug("overmind: not caching: %s", e)
+        return result
     except Exception as e:
         _release(client, ck.key)
         if type(e) in inner_causes and not fallback.strict():
@@ -185,11 +201,18 @@ def _pickle_result(loader: key.Loader, result: Any, reference_mapped: bool,
         return pickling.dumps(result, plugins.reducers(), reference_mapped=reference_mapped, arguments=arguments)
 
 
-def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments: dict | None = None) -> Any:
+class KeyChanged(OvermindError):
+    """The call's key is not what it was before the loader ran: the result is returned, not published."""
+
+
+def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments: dict | None = None,
+            recheck: _Recheck | None = None) -> Any:
     """Write ``result`` into a sealed memfd, publish it under ``ck`` and return it rebuilt from there.
 
     Objects of the call's bound ``arguments`` that the result holds are recorded as references to those
     arguments (not pickled, their bytes not copied), and the rebuilt result holds the very same objects.
+    ``recheck`` runs once the result is pickled (so an adapter's refusal, which says why, comes first) and
+    before anything is written: a key that changed raises :class:`KeyChanged`.
     """
     from .shm.writer import write_entry
 
@@ -198,6 +221,8 @@ def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments
         adapters_meta.update(part)
     for reference_mapped in (True, False):
         pickled = _pickle_result(loader, result, reference_mapped, arguments)
+        if recheck is not None and reference_mapped and not recheck.unchanged(ck):
+            raise KeyChanged(f"the files or arguments of {loader.name} changed while it loaded")
         meta = {"loader": loader.name, "summary": ck.summary, "pickler": pickled.pickler, "pid": os.getpid(),
                 "adapters": adapters_meta}
         if pickled.argument_aliases:

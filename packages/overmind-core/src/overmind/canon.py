@@ -26,6 +26,7 @@ import enum
 import functools
 import hashlib
 import os
+import pathlib
 import re
 import struct
 import sys
@@ -109,8 +110,12 @@ class Walk:
             return ("bytearray", bytes(v).hex())
         if isinstance(v, os.PathLike):
             path = os.fspath(v)
-            return ("pathlike", self.type_id(t, depth), _path(path) if isinstance(path, str) else
-                    _bytes_or_path(path), self._state(v, t, depth))
+            where = _str_or_path(path) if isinstance(path, str) else _bytes_or_path(path)
+            if isinstance(v, pathlib.PurePath):
+                # All of a pathlib path's state derives from its string (its slots hold parts like "/", which
+                # must not be fingerprinted as folders of their own).
+                return ("pathlike", self.type_id(t, depth), where)
+            return ("pathlike", self.type_id(t, depth), where, self._state(v, t, depth))
         origin = provenance.origin_of(v)
         if origin is not None:
             return ("entry", origin)
