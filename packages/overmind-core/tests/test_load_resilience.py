@@ -242,3 +242,27 @@ with warnings.catch_warnings(record=True) as w:
 report([str(x.message) for x in w if issubclass(x.category, OvermindWarning)])
 """, env={"OVERMIND_WAIT_TIMEOUT": "3"})
     assert got == [], got
+
+
+class Payload:
+    def __init__(self, i: int):
+        self.i = i
+        self.blob = bytearray(256 << 10)  # what a real closure would hold on to: 256 KiB each
+
+
+def test_loaders_and_what_they_capture_are_not_kept_alive(overmind_runtime):
+    """Issue 10.11: a cache of signatures (or keys) holding loaders kept every closure alive (500 lambdas:
+    +169 MB). After the loads, nothing in Overmind may hold a loader or what it captured."""
+    import gc
+    import weakref
+
+    refs = []
+    for i in range(200):
+        payload = Payload(i)
+        loader = (lambda p: lambda: torch.tensor([p.i]))(payload)
+        assert overmind.load(loader).item() == i
+        refs.append((weakref.ref(payload), weakref.ref(loader)))
+        del payload, loader
+    gc.collect()
+    alive = [i for i, (p, f) in enumerate(refs) if p() is not None or f() is not None]
+    assert not alive, f"{len(alive)} of 200 loaders (or their captured payloads) are still alive"
