@@ -49,7 +49,7 @@ def test_deactivate_restores_the_identical_objects():
 def test_a_moved_target_warns_with_adapter_target_and_versions(monkeypatch):
     import diffusers
     from overmind_diffusers import plugin
-    from overmind_transformers.targets import Spec
+    from overmind.adapter import Spec
 
     monkeypatch.setattr(plugin, "SPECS", plugin.SPECS + (Spec("diffusers.pipelines.pipeline_utils:PipelineThatMoved"),))
     with warnings.catch_warnings(record=True) as caught:

@@ -59,7 +59,7 @@ def test_subclass_overriding_from_pretrained_is_patched_too():
 
 def test_a_moved_target_warns_with_adapter_target_and_versions(monkeypatch):
     from overmind_transformers import plugin
-    from overmind_transformers.targets import Spec
+    from overmind.adapter import Spec
 
     monkeypatch.setattr(plugin, "SPECS", plugin.SPECS + (
         Spec("transformers.modeling_utils:PreTrainedModelThatMoved"),

@@ -13,11 +13,12 @@ The hook objects (``_hf_hook``: ``AlignDevicesHook`` with its execution device, 
 are plain data. :func:`stripped` takes all three kinds off the modules for the duration of pickling and keeps
 the hooks, with where everything was, in a marker on the root module, so they are pickled with the model
 (offloaded weights held in a CPU ``weights_map`` are cached and shared too) while the modules themselves look
-undispatched (overmind-transformers refuses results whose modules carry ``_hf_hook``: it cannot rebuild them;
-this adapter can, for the quantized models it owns). :func:`reattach` rebuilds everything on the unpickled
-copy: the hooks go back, the forward wrappers are rebuilt by accelerate's own ``add_hook_to_module``, the
-move guards by :func:`move_guard`, which behaves as accelerate's does (same warning, same error). The loading
-process gets every original object back on exit.
+undispatched. The Hugging Face adapters refuse results whose modules carry ``_hf_hook`` (they cannot rebuild them)
+unless an adapter declared it can: this one does, for the quantized models it owns
+(``overmind_hf.dispatch.carries_hooks``, called by :mod:`overmind_bnb.plugin`). :func:`reattach` rebuilds everything
+on the unpickled copy: the hooks go back, the forward wrappers are rebuilt by accelerate's own
+``add_hook_to_module``, the move guards by :func:`move_guard`, which behaves as accelerate's does (same warning,
+same error). The loading process gets every original object back on exit.
 
 Transformers 5 adds no instance guards of its own: ``PreTrainedModel.to/cuda/half/float`` are class methods
 that read ``quantization_method`` / ``is_loaded_in_8bit`` / ``is_quantized``, which are pickled with the model,

@@ -40,16 +40,16 @@ import logging
 import sys
 import threading
 import weakref
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger("overmind.bnb")
 
 MARKER = "_overmind_bnb_cpu_packed"
 FUNCTION = "_convert_weight_packed_for_cpu"
 _ABSENT = object()
-_SIMPLE = (type(None), bool, int, float, str, torch.dtype, torch.device, torch.Size)
 
 __all__ = ["MARKER", "has_repackable", "precomputed", "adopt", "convert", "prepared_count"]
 
@@ -105,6 +105,8 @@ def _precompute(param: Any, original: Callable) -> tuple | None:
     twin = object.__new__(type(quant_state))
     twin.__dict__.update(quant_state.__dict__)
     before = dict(twin.__dict__)
+    import torch
+
     try:
         with torch.no_grad():
             packed, out = original(param.data, twin)
@@ -155,6 +157,7 @@ class _Unprovable(Exception):
 
 
 def _tensor_print(t: torch.Tensor, ranges: list, keep: list | None) -> tuple:
+    import torch
     from overmind.shm import mappings
 
     storage = t.untyped_storage()
@@ -172,12 +175,22 @@ def _tensor_print(t: torch.Tensor, ranges: list, keep: list | None) -> tuple:
             storage.nbytes(), t.is_conj(), t.is_neg())
 
 
+@functools.lru_cache(maxsize=1)
+def _simple_types() -> tuple[type, ...]:
+    """Attribute types compared by value (torch is imported by then: a quantized weight exists)."""
+    import torch
+
+    return (type(None), bool, int, float, str, torch.dtype, torch.device, torch.Size)
+
+
 def _value_print(value: Any, ranges: list, keep: list | None, depth: int = 0) -> Any:
+    import torch
+
     if isinstance(value, torch.Tensor):
         return _tensor_print(value, ranges, keep)
     if type(value) is float:  # by its bits: 0.0 == -0.0, and nan != nan
         return ("value", float, value.hex())
-    if type(value) in _SIMPLE:
+    if type(value) in _simple_types():
         return ("value", type(value), value)
     if isinstance(value, (tuple, list)) and depth < 4:
         return (type(value), tuple(_value_print(v, ranges, keep, depth + 1) for v in value))

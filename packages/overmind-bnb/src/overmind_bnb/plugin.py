@@ -7,6 +7,8 @@ function through ``overmind.load``; this adapter makes their results cacheable a
 - ``overmind_reducers``: ``Params4bit`` / ``Int8Params`` keep their class and quantization state, zero-copy.
 - ``overmind_prepare_result``: accelerate's dispatch hooks and move guards off a quantized model while it is
   pickled, back on afterwards; on CPU, the repacked form of its 4-bit weights computed and pickled beside them.
+  The adapter declares this to the accelerate rule (:func:`overmind_hf.dispatch.carries_hooks`), so the
+  Hugging Face adapters do not refuse a dispatched quantized model, whichever adapter's hook runs first.
 - ``overmind_after_unpickle``: the same hooks and guards rebuilt on the cached copy; the repacked 4-bit forms
   handed to the copy's first forward, so its weights stay in shared memory (:mod:`overmind_bnb.packing`).
 - ``overmind_key_for_value`` / ``overmind_key_parts``: ``BitsAndBytesConfig`` and the bitsandbytes version.
@@ -17,7 +19,8 @@ import contextlib
 import sys
 from typing import Any, ContextManager, Iterator, Mapping
 
-from overmind.hookspecs import hookimpl
+from overmind.adapter import hookimpl
+from overmind_hf import dispatch as accelerate_rule
 
 from . import dispatch, keys, packing, reducers
 
@@ -42,8 +45,7 @@ def overmind_key_parts(loader: Any, arguments: dict[str, Any]) -> Any:
     return keys.key_parts(arguments)
 
 
-# tryfirst: entered before other adapters' context managers, so they see the model undispatched.
-@hookimpl(tryfirst=True)
+@hookimpl
 def overmind_prepare_result(result: Any, loader: Any) -> ContextManager | None:
     """While a quantized result is pickled: accelerate's dispatch hooks and move guards off, and the CPU
     packing of its 4-bit weights precomputed beside them (see :mod:`overmind_bnb.packing`)."""
@@ -63,7 +65,8 @@ def _readied(dispatched: list[Any], repackable: list[Any]) -> Iterator[None]:
         yield
 
 
-# tryfirst: this hook is firstresult, and another adapter answering first would skip this one.
+# tryfirst: the hooks and guards go back before any other adapter's turn in the chain, so each one sees the
+# cached copy as a freshly loaded model.
 @hookimpl(tryfirst=True)
 def overmind_after_unpickle(result: Any, metadata: Mapping[str, Any]) -> None:
     """Rebuild accelerate's hooks and guards on a cached copy that had them; keep the object (``None``)."""
@@ -98,6 +101,12 @@ def _modules_in(result: Any) -> Iterator[Any]:
             yield value
 
 
+def _carries_hooks(root: Any) -> bool:
+    """The roots :func:`overmind_prepare_result` takes accelerate's hooks off (and puts back on the copy);
+    that hook runs once bitsandbytes is imported (the adapter is live), so before that none is claimed."""
+    return "bitsandbytes" in sys.modules and _is_quantized(root) and dispatch.has_dispatch_state(root)
+
+
 def _is_quantized(module: Any) -> bool:
     """Whether ``module`` holds bitsandbytes layers or was loaded with a bitsandbytes quantization config.
 
@@ -111,3 +120,7 @@ def _is_quantized(module: Any) -> bool:
         return False
     layers = (bnb_nn.Linear4bit, bnb_nn.Linear8bitLt)
     return any(isinstance(m, layers) for m in module.modules())
+
+
+# Declared once, at import: the Hugging Face adapters' accelerate rule lets these dispatched models through.
+accelerate_rule.carries_hooks("bnb", _carries_hooks)

@@ -28,9 +28,10 @@ per parameter.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["reduce_quantized_param", "rebuild_quantized_param", "restore_param_state", "reducer_table"]
 
@@ -48,6 +49,8 @@ def reduce_quantized_param(param: torch.Tensor) -> tuple:
 
 def rebuild_quantized_param(cls: type, data: torch.Tensor, requires_grad: bool) -> torch.Tensor:
     """Wrap ``data`` (already on its device, possibly over a shared mapping) as a ``cls`` parameter, no copy."""
+    import torch
+
     return torch.Tensor._make_subclass(cls, data, requires_grad)
 
 
@@ -82,4 +85,6 @@ def reducer_table() -> dict[type, Callable[[Any], Any]]:
     """
     if "bitsandbytes.nn" in sys.modules:
         return {t: reduce_quantized_param for t in _quantized_param_types()}
+    import torch
+
     return {torch.nn.Parameter: _reduce_if_quantized}

@@ -1,67 +1,36 @@
 """Argument normalisation for transformers loaders, so calls that load the same thing share one key.
 
-- ``torch_dtype=`` (deprecated) is folded into ``dtype=``; ``"float16"`` and ``torch.float16`` are one value;
-  for models an absent or ``None`` dtype is ``"auto"``, the default since transformers 5.
 - The Auto model classes' ``from_pretrained`` has the signature ``(*model_args, **kwargs)``, so the path
   arrives inside ``model_args``; it is moved to ``pretrained_model_name_or_path`` as for every other loader.
-- ``token``, ``use_auth_token``, ``proxies`` and ``resume_download`` change how files are fetched, not what is
-  loaded; they are dropped (a token must never reach the server's entry listing either).
-- A Hub id gets its resolved commit as an extra key part (:mod:`.hub`).
+- ``torch_dtype=`` (deprecated) is folded into ``dtype=``; ``"float16"`` and ``torch.float16`` are one value;
+  for models an absent or ``None`` dtype is ``"auto"``, the default since transformers 5. Other loaders
+  (tokenizers, processors) have their dtype folded only where one is given.
+- Fetch-only arguments (``token``...) are dropped; a Hub id gets its resolved commit as an extra key part.
+  Both are shared with diffusers: :mod:`overmind_hf.arguments`.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from . import hub
-
-PATH_NAMES = ("pretrained_model_name_or_path", "pretrained_model_or_path", "pretrained_model_link_or_path",
-              "pretrained_model_link_or_path_or_dict", "pretrained_model_path")
-FETCH_ONLY = ("token", "use_auth_token", "proxies", "resume_download")
+from overmind.adapter import version_of
+from overmind_hf import arguments as common
 
 
-def model_path(arguments: dict[str, Any]) -> Any:
-    """The model path or Hub id a loader was called with, or ``None``."""
-    for name in PATH_NAMES:
-        if arguments.get(name) is not None:
-            return arguments[name]
-    return None
+def _is_model_loader(owner: type) -> bool:
+    from transformers.models.auto.auto_factory import _BaseAutoModelClass
+    from transformers.modeling_utils import PreTrainedModel
+
+    return issubclass(owner, (PreTrainedModel, _BaseAutoModelClass))
 
 
-def lift_positional_path(arguments: dict[str, Any]) -> None:
-    """``(*model_args, **kwargs)`` signatures: move the first positional into ``pretrained_model_name_or_path``."""
-    model_args = arguments.get("model_args")
-    if "pretrained_model_name_or_path" not in arguments and isinstance(model_args, tuple) and model_args:
-        arguments["pretrained_model_name_or_path"] = model_args[0]
-        arguments["model_args"] = model_args[1:]
-
-
-def fold_dtype(arguments: dict[str, Any], default: Any = None) -> None:
-    """Fold ``torch_dtype`` into ``dtype`` and canonicalise its spelling; ``default`` stands for "not given"."""
-    torch_dtype = arguments.pop("torch_dtype", None)
-    dtype = arguments.get("dtype")
-    if dtype is None:
-        dtype = torch_dtype
-    if isinstance(dtype, str) and dtype != "auto":
-        import torch
-
-        as_dtype = getattr(torch, dtype.removeprefix("torch."), None)
-        if isinstance(as_dtype, torch.dtype):
-            dtype = as_dtype
-    if dtype is None or dtype == default:
-        arguments.pop("dtype", None)
-        if default is not None:
-            arguments["dtype"] = default
-    else:
-        arguments["dtype"] = dtype
-    # A dict dtype ({"text_encoder": torch.float16, ...}) is keyed as given.
-
-
-def drop_fetch_only(arguments: dict[str, Any]) -> None:
-    for name in FETCH_ONLY:
-        arguments.pop(name, None)
-
-
-def hub_parts(arguments: dict[str, Any]) -> list[tuple]:
-    """The resolved-revision key part when the path is a Hub id, else nothing."""
-    path = model_path(arguments)
-    return [hub.revision_part(path, arguments)] if hub.looks_like_repo_id(path) else []
+def normalise(loader: Any, arguments: dict[str, Any]) -> list[tuple]:
+    """Normalise ``arguments`` of a transformers loader in place; return the extra key parts."""
+    common.lift_positional_path(arguments)
+    if _is_model_loader(loader.owner):
+        major = int(version_of("transformers").split(".")[0])
+        common.fold_dtype(arguments, default="auto" if major >= 5 else None)
+    elif "torch_dtype" in arguments or "dtype" in arguments:
+        common.fold_dtype(arguments)
+    parts = common.hub_parts(arguments)
+    common.drop_fetch_only(arguments)
+    return parts

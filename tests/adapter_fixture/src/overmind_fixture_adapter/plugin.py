@@ -1,13 +1,15 @@
-"""The fixture library's adapter: one patch target, one reducer, entry metadata."""
+"""The fixture library's adapter: one patch target, one reducer, entry metadata.
+
+Written as a third party would, against the adapter kit alone (``overmind.adapter``).
+"""
 from __future__ import annotations
 
 import os
 
-import overmind
-from overmind.patching import PatchTarget
+from overmind.adapter import PatchTarget, hookimpl
 
 
-@overmind.hookimpl
+@hookimpl
 def overmind_patch_targets():
     from . import lib
 
@@ -20,19 +22,19 @@ def _rebuild_handle(name):
     return Handle(name)
 
 
-@overmind.hookimpl
+@hookimpl
 def overmind_reducers():
     from .lib import Handle
 
     return {Handle: lambda h: (_rebuild_handle, (h.name,))}
 
 
-@overmind.hookimpl
+@hookimpl
 def overmind_entry_metadata(result, loader):
     return {"fixture_loader": loader.name}
 
 
-@overmind.hookimpl
+@hookimpl
 def overmind_before_unpickle(metadata):
     log = os.environ.get("FIXTURE_UNPICKLE_LOG")
     if log and "fixture_loader" in metadata:

@@ -1,4 +1,4 @@
-"""What must not be cached as it is: results dispatched by accelerate across devices or offloaded.
+"""The accelerate rule: a result dispatched by accelerate is refused, unless an adapter can carry its hooks.
 
 A model loaded with a ``device_map`` spanning several devices, or with CPU/disk offload, carries accelerate
 hooks (``_hf_hook``) that move weights at call time and may point at an offload folder or at weights that are
@@ -6,41 +6,60 @@ not in the model's tensors. Pickling them would either fail or cache something t
 result is refused with a message naming the adapter, the loader and the fix; the user keeps the plain
 result. A ``device_map`` onto one device attaches no hooks and is cached (it comes back on that device).
 
+An adapter that can strip a model's hooks for pickling and re-attach them on the cached copy (overmind-bnb
+does, for the quantized models it owns) says so once, with :func:`carries_hooks`; the modules of a model it
+claims are not held against the result, whichever adapter's hooks run first.
+
 The same context manager turns a pickling failure into a message that names the adapter and the versions.
 """
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+import threading
+from typing import Any, Callable, Iterator
 
-from .support import label
+from overmind.adapter import NotCacheable, label
 
-
-class NotCacheable(RuntimeError):
-    """The loaded object cannot be cached; the message says why and what to do."""
-
-    has_fix = True  # the core adds no generic advice after this message
+_claims: dict[str, Callable[[Any], bool]] = {}
+_lock = threading.Lock()
 
 
-def modules_of(result: Any) -> Iterator[Any]:
-    """Every ``torch.nn.Module`` reachable as ``result`` itself or as a pipeline component (one level)."""
+def carries_hooks(adapter: str, claims: Callable[[Any], bool]) -> None:
+    """Declare that adapter ``adapter`` strips and re-attaches the accelerate hooks of every root module for
+    which ``claims(module)`` is true (a model, or one pipeline component). Idempotent per adapter.
+
+    >>> dispatch.carries_hooks("bnb", lambda m: is_quantized(m) and has_dispatch_state(m))
+    """
+    with _lock:
+        _claims[adapter] = claims
+
+
+def roots_of(result: Any) -> Iterator[Any]:
+    """``result`` if it is a ``torch.nn.Module``, else its pipeline components that are (one level)."""
     import torch
 
     if isinstance(result, torch.nn.Module):
-        yield from result.modules()
+        yield result
         return
     components = getattr(result, "components", None)
     if isinstance(components, dict):
         for value in components.values():
             if isinstance(value, torch.nn.Module):
-                yield from value.modules()
+                yield value
+
+
+def _claimed(root: Any) -> bool:
+    return any(claims(root) for claims in list(_claims.values()))
 
 
 def _hooked(result: Any) -> str | None:
-    for m in modules_of(result):
-        hook = getattr(m, "_hf_hook", None)
-        if hook is not None:
-            return f"{type(m).__name__} carries an accelerate {type(hook).__name__}"
+    for root in roots_of(result):
+        for m in root.modules():
+            hook = getattr(m, "_hf_hook", None)
+            if hook is not None:
+                if _claimed(root):
+                    break  # an adapter takes this model's hooks off for pickling and puts them back
+                return f"{type(m).__name__} carries an accelerate {type(hook).__name__}"
     return None
 
 

@@ -1,0 +1,165 @@
+"""The adapter kit: what an Overmind adapter needs, in one import, whatever library it instruments.
+
+An adapter is a module of ``overmind_*`` hooks registered under the entry-point group ``overmind.adapters``
+(see :mod:`overmind.hookspecs` and ``docs/adapters.md``). This module gives it:
+
+- :data:`hookimpl`, the marker for its hooks, and :class:`PatchTarget`, what ``overmind_patch_targets`` returns;
+- :class:`Spec`, :func:`resolve`, :func:`collect` and :func:`owns`: loaders named as ``"module:Class"`` specs,
+  resolved to patch targets (each class's own loader plus every imported subclass that overrides it), and
+  whether a :class:`overmind.key.Loader` is one of them;
+- :func:`label` and :func:`warn`: warnings that name the adapter, its version, the library and its version;
+- :class:`Uncacheable` (raise it from a key hook to leave one call uncached) and :class:`NotCacheable` (raise
+  it while a result is readied for pickling: the message says why and what to do).
+
+Example (``overmind_mylib/plugin.py``)::
+
+    from overmind.adapter import Spec, collect, hookimpl
+
+    @hookimpl
+    def overmind_patch_targets():
+        return collect("mylib", [Spec("mylib.models:Model")])
+
+Importing this module imports no library and no torch.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+from functools import lru_cache
+from importlib import metadata
+from typing import Any, Iterable, NamedTuple
+
+from .hookspecs import hookimpl
+from .key import Unkeyable as Uncacheable
+from .patching import PatchTarget
+
+__all__ = ["hookimpl", "PatchTarget", "Spec", "resolve", "resolve_roots", "collect", "owns", "label", "warn",
+           "version_of", "dist_of", "Uncacheable", "uncacheable", "NotCacheable"]
+
+
+# --- what an adapter says when it cannot do its job ------------------------------------------------------
+
+class NotCacheable(RuntimeError):
+    """The loaded object cannot be cached; the message says why and what to do (the user keeps the object)."""
+
+    has_fix = True  # the core adds no generic advice after this message
+
+
+def uncacheable(reason: str) -> Uncacheable:
+    """The exception a key hook raises to leave one call uncached (the loader runs directly, debug log only):
+    ``raise uncacheable("a state dict, not a file")``."""
+    return Uncacheable(reason)
+
+
+@lru_cache(maxsize=None)
+def version_of(dist: str) -> str:
+    """The installed version of distribution ``dist``, or ``"not installed"``."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def dist_of(adapter: str) -> str:
+    """The distribution that ships adapter ``adapter``: ``overmind-<adapter>`` by convention."""
+    return f"overmind-{adapter}"
+
+
+def label(adapter: str, library: str | None = None) -> str:
+    """``adapter transformers (overmind-transformers 0.1.0, transformers 5.24.0)``; the library is the
+    adapter's namesake unless named."""
+    dist, library = dist_of(adapter), library or adapter
+    return f"adapter {adapter} ({dist} {version_of(dist)}, {library} {version_of(library)})"
+
+
+def warn(message: str, stacklevel: int = 3) -> None:
+    """One :class:`overmind.fallback.OvermindWarning` (an error under ``OVERMIND_STRICT=1``)."""
+    from . import fallback
+
+    fallback.step_aside(message, stacklevel=stacklevel + 1)
+
+
+# --- loaders named by spec -------------------------------------------------------------------------------
+
+class Spec(NamedTuple):
+    """``where`` is ``"package.module:Class"``; ``attr`` the loader; ``subclasses``: also patch overriders.
+
+    Subclasses matter because Python resolves ``Sub.from_pretrained`` to ``Sub``'s own override first:
+    patching the base alone would miss ``AutoModelForCausalLM.from_pretrained`` (transformers copies the
+    method into every Auto class). Subclasses imported after ``activate()`` are not patched; when their
+    override calls ``super().from_pretrained``, the inner load is still cached.
+    """
+
+    where: str
+    attr: str = "from_pretrained"
+    subclasses: bool = True
+
+
+def resolve(where: str) -> Any:
+    """Import ``"package.module:Qual.Name"`` and return the object."""
+    module_name, _, qualname = where.partition(":")
+    obj = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def resolve_roots(specs: Iterable[Spec]) -> tuple[type, ...]:
+    """The classes ``specs`` name that resolve; the others are skipped (:func:`collect` reports them)."""
+    out = []
+    for spec in specs:
+        try:
+            out.append(resolve(spec.where))
+        except (ImportError, AttributeError):
+            pass
+    return tuple(out)
+
+
+def owns(loader: Any, roots: tuple[type, ...]) -> bool:
+    """Whether ``loader`` (an :class:`overmind.key.Loader`) belongs to a class derived from one of ``roots``."""
+    owner = getattr(loader, "owner", None)
+    return isinstance(owner, type) and issubclass(owner, roots)
+
+
+def _subclasses(root: type) -> list[type]:
+    seen, out, todo = set(), [], [root]
+    while todo:
+        cls = todo.pop()
+        for sub in cls.__subclasses__():
+            if sub not in seen:
+                seen.add(sub)
+                out.append(sub)
+                todo.append(sub)
+    return out
+
+
+def _own_classmethod(cls: type, attr: str) -> bool:
+    return isinstance(vars(cls).get(attr), classmethod)
+
+
+def collect(adapter: str, specs: Iterable[Spec]) -> list[PatchTarget]:
+    """The patch targets of ``specs``, in a stable order, each (owner, attr) once.
+
+    A spec that no longer resolves (the library moved the class or turned the loader into something else)
+    is skipped with one warning naming the adapter, the target and both versions; the others still apply.
+    """
+    targets: dict[tuple[int, str], PatchTarget] = {}
+    for spec in specs:
+        try:
+            root = resolve(spec.where)
+            found = inspect.getattr_static(root, spec.attr)
+        except (ImportError, AttributeError) as e:
+            warn(f"overmind: {label(adapter)} cannot patch {spec.where.replace(':', '.')}.{spec.attr}: "
+                 f"{type(e).__name__}: {e}. Those loads run without the cache; upgrade "
+                 f"{dist_of(adapter)} or pin {adapter} to a version it supports.")
+            continue
+        if not isinstance(found, classmethod):
+            warn(f"overmind: {label(adapter)} cannot patch {spec.where.replace(':', '.')}.{spec.attr}: it is a "
+                 f"{type(found).__name__}, not a classmethod. Those loads run without the cache; upgrade the adapter.")
+            continue
+        classes = [root] + (sorted(_subclasses(root), key=lambda c: (c.__module__, c.__qualname__))
+                            if spec.subclasses else [])
+        for cls in classes:
+            if _own_classmethod(cls, spec.attr) and (id(cls), spec.attr) not in targets:
+                targets[(id(cls), spec.attr)] = PatchTarget(cls, spec.attr, kind="classmethod", adapter=adapter)
+    return list(targets.values())

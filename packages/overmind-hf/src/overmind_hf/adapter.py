@@ -1,0 +1,108 @@
+"""The one plugin body of the Hugging Face adapters: the hooks transformers and diffusers have in common.
+
+Each adapter's ``plugin.py`` declares only what differs, as module attributes read at call time (so a test
+may swap ``SPECS``), and hands its hooks on from a :class:`HubAdapter` over itself::
+
+    ADAPTER = "diffusers"                         # the adapter's name, and the library it instruments
+    SPECS = (Spec("diffusers...:DiffusionPipeline"), ...)
+    PRELOAD = (...)                               # modules imported before collecting (an ImportError fails)
+    PRELOAD_IF_PRESENT = (...)                    # the same, skipped where this version lacks them
+    DYNAMIC_MODULES = "diffusers_modules"         # where the library puts remote code
+    def normalise(loader, arguments): ...         # fold the call's arguments; return extra key parts
+    def key_for_value(value): ...                 # the library's own key stand-ins, or None
+
+    _hub = HubAdapter(__name__)
+    overmind_patch_targets = _hub.overmind_patch_targets
+    ...
+
+Shared: the patch targets of ``SPECS`` with their overriding subclasses; key parts under the never-guess
+rule (a call the adapter cannot read is left uncached, with one warning); the Hub ``ResolvedRevision``
+stand-in; the accelerate rule (:mod:`.dispatch`); remote code recorded with the entry and made importable
+before it is unpickled (:mod:`.dynamic_modules`). Key hooks run in every process: they look the library up
+in ``sys.modules`` and never import it.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+from types import ModuleType
+from typing import Any, ContextManager, Mapping
+
+from overmind.adapter import Uncacheable, collect, hookimpl, label, owns, resolve_roots, uncacheable, warn
+
+from . import dispatch, dynamic_modules, hub
+
+
+class HubAdapter:
+    """The hooks of the adapter whose declarations live in module ``declared`` (its ``plugin.py``)."""
+
+    def __init__(self, declared: str) -> None:
+        self._declared = declared
+        self._roots: tuple[type, ...] | None = None
+
+    @property
+    def _plugin(self) -> ModuleType:
+        return sys.modules[self._declared]
+
+    @property
+    def _adapter(self) -> str:
+        return self._plugin.ADAPTER
+
+    def _owns(self, loader: Any) -> bool:
+        if self._adapter not in sys.modules:
+            return False  # no class of the library exists yet; resolving the roots would import it
+        if self._roots is None:
+            self._roots = resolve_roots(self._plugin.SPECS)  # unresolvable ones: reported by patch_targets
+        return owns(loader, self._roots)
+
+    @hookimpl
+    def overmind_patch_targets(self) -> list:
+        """Every loader listed in the plugin's ``SPECS``, with the subclasses overriding it."""
+        plugin = self._plugin
+        for module in getattr(plugin, "PRELOAD", ()):
+            importlib.import_module(module)
+        for module in getattr(plugin, "PRELOAD_IF_PRESENT", ()):
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                pass  # an older version without it: nothing there to patch
+        return collect(self._adapter, plugin.SPECS)
+
+    @hookimpl
+    def overmind_key_parts(self, loader: Any, arguments: dict[str, Any]) -> Any:
+        """The plugin's ``normalise``: folded arguments and extra key parts (the resolved Hub revision)."""
+        if not self._owns(loader):
+            return None
+        adapter = self._adapter
+        try:
+            return self._plugin.normalise(loader, arguments)
+        except Uncacheable:
+            raise
+        except Exception as e:  # never guess a key: an adapter that cannot read the call leaves it uncached
+            warn(f"overmind: {label(adapter)} could not read the arguments of {loader.name} ({type(e).__name__}: "
+                 f"{e}); loaded without the cache. Please report this with your {adapter} version.")
+            raise uncacheable(f"{adapter} adapter could not read the arguments: {e}") from e
+
+    @hookimpl
+    def overmind_key_for_value(self, value: Any) -> Any:
+        """The plugin's own stand-ins; huggingface_hub ``ResolvedRevision`` by commit."""
+        return self._plugin.key_for_value(value) or hub.key_for_resolved_revision(value)
+
+    @hookimpl
+    def overmind_prepare_result(self, result: Any, loader: Any) -> ContextManager | None:
+        """Refuse accelerate-dispatched results; name this adapter in pickling failures."""
+        if not self._owns(loader):
+            return None
+        return dispatch.guard(self._adapter, result, loader)
+
+    @hookimpl
+    def overmind_entry_metadata(self, result: Any, loader: Any) -> Mapping[str, Any] | None:
+        """The dynamic modules (remote code) the result's classes come from, with their source."""
+        prefix = self._plugin.DYNAMIC_MODULES
+        records = dynamic_modules.record(result, (prefix,))
+        return {prefix: records} if records else None
+
+    @hookimpl
+    def overmind_before_unpickle(self, metadata: Mapping[str, Any]) -> None:
+        """Make the recorded dynamic modules importable in this process."""
+        dynamic_modules.register(metadata.get(self._plugin.DYNAMIC_MODULES) or ())
