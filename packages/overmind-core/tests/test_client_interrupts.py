@@ -45,6 +45,9 @@ if kind == "alarm":
     signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, 0.8)
 else:
+    # A process started in the background by a non-interactive shell (as CI may start the suite) inherits
+    # SIGINT ignored, and Python then installs no KeyboardInterrupt handler: install it, as a terminal would.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Timer(0.8, os.kill, (os.getpid(), signal.SIGINT)).start()
 t0 = time.monotonic()
 try:
