@@ -18,12 +18,12 @@ import time
 # step name -> (module, attribute path)
 STEPS = {
     "key": ("overmind.key", "make_key"),
-    "server_start": ("overmind.server.launcher", "ensure_server"),
+    "server_start": ("overmind.launcher", "ensure_server"),
     "server_get": ("overmind.client", "Client.get"),
     "publish": ("overmind.api", "publish"),
     "pickle": ("overmind.pickling", "dumps"),
     "write_entry": ("overmind.shm.writer", "write_entry"),
-    "server_publish": ("overmind.client", "Client.publish"),
+    "server_publish": ("overmind.client", "Client.publish_hit"),
     "rebuild": ("overmind.api", "rebuild"),
     "map": ("overmind.shm.reader", "EntryMapping.__init__"),
     "unpickle": ("overmind.pickling", "loads"),

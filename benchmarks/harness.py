@@ -22,7 +22,7 @@ import tempfile
 import time
 from typing import Iterator
 
-from overmind.server.launcher import server_pids
+from overmind.launcher import server_pids
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULT_MARK = "BENCH-RESULT:"

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from overmind.client import Client
-from overmind.server.launcher import accepts
+from overmind.launcher import accepts
 
 OVERMIND = os.path.join(os.path.dirname(sys.executable), "overmind")
 

@@ -13,7 +13,7 @@ import tempfile
 
 import pytest
 
-from overmind.server.launcher import ensure_server
+from overmind.launcher import ensure_server
 from overmind.testing import server_pids, stop_servers
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # fault_procs

@@ -18,7 +18,7 @@ NOBODY = 65534
 
 CASE = """
 import contextlib, io, os, sys, warnings, torch
-import overmind, overmind.api, overmind.client, overmind.doctor, overmind.server.launcher
+import overmind, overmind.api, overmind.client, overmind.doctor, overmind.launcher
 import overmind.shm.reader, overmind.pickling, subprocess
 import fault_loaders as L
 from overmind.fallback import OvermindWarning

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from overmind.server.launcher import ensure_server
+from overmind.launcher import ensure_server
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # fault_procs, fault_loaders
 import fault_procs  # noqa: E402

@@ -11,7 +11,7 @@ import torch
 import overmind
 from overmind.client import Client
 from overmind.errors import ServerError
-from overmind.server.launcher import server_lock_free, server_pids
+from overmind.launcher import server_lock_free, server_pids
 from overmind.testing import run_fresh
 
 

@@ -13,7 +13,7 @@ import pytest
 from overmind.client import Client
 from overmind.errors import ServerUnavailable
 from overmind.protocol import recv_message, send_message
-from overmind.server.launcher import accepts, server_lock_free
+from overmind.launcher import accepts, server_lock_free
 
 NOBODY = 65534
 

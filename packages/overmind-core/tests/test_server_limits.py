@@ -16,7 +16,7 @@ import pytest
 
 from overmind.client import Client
 from overmind.protocol import recv_message, send_message
-from overmind.server.launcher import accepts
+from overmind.launcher import accepts
 
 PIDS_CGROUP = "/sys/fs/cgroup/pids"
 

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from overmind.client import Client
-from overmind.server.launcher import server_pids
+from overmind.launcher import server_pids
 
 
 @pytest.fixture

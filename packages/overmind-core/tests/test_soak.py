@@ -21,7 +21,7 @@ import time
 import pytest
 
 from overmind.client import Client
-from overmind.server.launcher import server_lock_free, server_pids
+from overmind.launcher import server_lock_free, server_pids
 from overmind.testing import RESULT_MARK
 
 PROCS = int(os.environ.get("OVERMIND_SOAK_PROCS", "8"))

@@ -229,7 +229,7 @@ def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments
             meta["argument_aliases"] = pickled.argument_aliases
         fd = write_entry(pickled.skeleton, pickled.storages, pickled.data_len, name=f"overmind:{loader.name}"[:240])
         try:
-            client.publish(ck.key, fd, deps=sorted(pickled.deps), meta=meta)
+            res = client.publish_hit(ck.key, fd, deps=sorted(pickled.deps), meta=meta)
             break
         except ServerError as e:
             # An entry this one references was evicted meanwhile: write the bytes themselves instead.
@@ -237,9 +237,6 @@ def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments
                 raise
         finally:
             os.close(fd)
-    res = client.get(ck.key, claim=False, wait=False)
-    if res.status != "hit":
-        raise OvermindError(f"entry {ck.key[:12]} vanished right after publishing (evicted under the memory budget?)")
     return rebuild(res, ck.key, arguments)
 
 

@@ -179,7 +179,7 @@ def _ask_and_print(args: argparse.Namespace, ask: Callable[[Any], Any], render: 
 def _client_or_none(args: argparse.Namespace):
     """A client of the running server, or None (after saying so) when none runs; never starts one."""
     from .client import Client
-    from .server.launcher import accepts
+    from .launcher import accepts
 
     client = Client(args.runtime_dir, autostart=False)
     if not accepts(client.socket_path):

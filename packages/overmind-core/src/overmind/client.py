@@ -3,9 +3,8 @@
 >>> client = get_client()
 >>> res = client.get(key)                 # claim=True, wait=True
 >>> if res.status == "claimed":           # this thread loads it, then publishes on the same connection
-...     entry_id = client.publish(key, sealed_memfd, meta={"loader": "torch.load"})
-... elif res.status == "hit":
-...     fd = res.fds[res.entry["entry_id"]]   # the caller owns every fd in res.fds and closes it
+...     res = client.publish_hit(key, sealed_memfd, meta={"loader": "torch.load"})   # answered like a hit
+>>> fd = res.fds[res.entry["entry_id"]]   # the caller owns every fd in res.fds and closes it
 
 Claims belong to a connection, so each thread gets its own connection (``threading.local``): the thread
 that got ``claimed`` must ``publish`` or ``release`` itself.
@@ -106,13 +105,28 @@ class Client:
             self._drop_connection()
             raise
 
-    def publish(self, key: str, fd: int, *, deps: Iterable[str] = (), meta: dict[str, Any] | None = None) -> str:
-        """Publish the sealed memfd ``fd`` (left open) as ``key``; returns the entry_id (an existing one if
-        ``key`` was already published). Raises ``ServerError`` with ``reason`` ``not sealed``, ``dep missing``
-        or ``budget``."""
+    def publish_hit(self, key: str, fd: int, *, deps: Iterable[str] = (),
+                    meta: dict[str, Any] | None = None) -> GetResult:
+        """Publish the sealed memfd ``fd`` (left open) as ``key``; the reply is a ``hit`` on the entry now
+        serving ``key`` (an existing one if ``key`` was already published), with fds the caller owns, so a miss
+        costs one round trip. Raises ``ServerError`` with ``reason`` ``not sealed``, ``dep missing`` or
+        ``budget``."""
         reply, fds = self._request({"op": "publish", "key": key, "deps": list(deps), "meta": meta or {}}, [fd])
-        close_fds(fds)
-        return reply["entry_id"]
+        entry = reply.get("entry")
+        if reply.get("status") != "hit" or reply.get("key") != key or not (
+                isinstance(entry, dict) and entry.get("key") == key):
+            close_fds(fds)
+            self._drop_connection()
+            raise ReplyMismatch(
+                f"overmind: the server answered a publish of {key[:12]} with {_describe(reply)}, not a hit on the "
+                f"entry; the connection was dropped. An older server may still run: run 'overmind stop'.")
+        return GetResult("hit", entry, self._pair(reply.get("fd_entries", []), fds))
+
+    def publish(self, key: str, fd: int, *, deps: Iterable[str] = (), meta: dict[str, Any] | None = None) -> str:
+        """Like :meth:`publish_hit`, but returns only the entry_id (the fds are closed)."""
+        res = self.publish_hit(key, fd, deps=deps, meta=meta)
+        res.close()
+        return res.entry["entry_id"]
 
     def release(self, key: str) -> bool:
         """Give up this thread's claim on ``key`` (the load failed) so a waiter can load it.
@@ -363,7 +377,7 @@ class Client:
 
 def _ensure_server(runtime_dir: str) -> None:
     """Start the server if none runs; whatever goes wrong is a ``ServerUnavailable`` saying what and why."""
-    from .server.launcher import ensure_server
+    from .launcher import ensure_server
 
     try:
         ensure_server(runtime_dir)
@@ -382,7 +396,7 @@ def _describe(reply: dict[str, Any]) -> str:
 
 def _wait_server_gone(runtime_dir: str, socket_path: str) -> None:
     """Wait (bounded) until the server's lock is free, so an immediate restart cannot collide with it."""
-    from .server.launcher import accepts, server_lock_free
+    from .launcher import accepts, server_lock_free
 
     deadline = time.monotonic() + _STOP_WAIT_S
     while time.monotonic() < deadline:

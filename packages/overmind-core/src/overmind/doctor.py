@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from . import __version__, runtime
 from .protocol import PROTOCOL_VERSION
+from .shm import seals as entry_seals
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 
@@ -49,7 +50,7 @@ def run_checks(runtime_dir: str | None = None, *, brief: bool = False) -> int:
 def check_memfd() -> Check:
     """A sealed memfd can be created and mapped copy-on-write, and private writes stay private."""
     name = "memfd"
-    seals = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK
+    seals = entry_seals.APPLIED
     try:
         fd = os.memfd_create("overmind-doctor", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
     except (AttributeError, OSError) as exc:
@@ -75,7 +76,7 @@ def check_memfd() -> Check:
 def check_runtime_dir(path: str | None) -> Check:
     """The runtime directory exists (or can be made), is ours and is mode 0700, and the launcher can create
     its lock and log files there (plain files: no directory or symlink in their place)."""
-    from .server.launcher import preflight
+    from .launcher import preflight
 
     try:
         directory = runtime.runtime_dir(path)
@@ -104,7 +105,7 @@ def check_budget() -> Check:
 def check_server(path: str | None) -> Check:
     """If a server runs: reachable, same protocol and version, torch-free. Never starts one."""
     from .client import Client
-    from .server.launcher import accepts
+    from .launcher import accepts
 
     name = "server"
     bad_setting = _settings_problem()
@@ -156,7 +157,7 @@ def _start_problem() -> str | None:
     server (checked by running it, with the server's own environment)."""
     import subprocess
 
-    from .server.launcher import interpreter_problem, server_env
+    from .launcher import interpreter_problem, server_env
 
     problem = interpreter_problem()
     if problem:

@@ -98,6 +98,10 @@ def server_lock_path(path: str | None = None) -> str:
     return os.path.join(runtime_dir(path), "server.lock")
 
 
+# Exit status of a server that found another one holding the server lock; the launcher then waits for that one.
+EXIT_ALREADY_RUNNING = 3
+
+
 def spawn_lock_path(path: str | None = None) -> str:
     """The file clients flock while deciding whether to spawn a server, so only one spawns."""
     return os.path.join(runtime_dir(path), "spawn.lock")

@@ -6,7 +6,7 @@ Fixtures:
 
 Functions:
 
-* :func:`server_pids` (from ``overmind.server.launcher``) lists a runtime dir's server processes.
+* :func:`server_pids` (from ``overmind.launcher``) lists a runtime dir's server processes.
 * :func:`run_fresh` runs a script in a fresh interpreter (spawned, never forked) against the same server
   and returns what the script passed to :func:`report`.
 * :func:`overmind_mapped` tells whether an address lies in an Overmind memfd mapping (``/proc/self/maps``).
@@ -38,7 +38,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from .server.launcher import server_pids  # noqa: F401  (re-exported for tests)
+from .launcher import server_pids  # noqa: F401  (re-exported for tests)
 
 RESULT_MARK = "OVERMIND-RESULT:"
 _CALLS: dict[str, list] = {}
@@ -86,7 +86,7 @@ def stop_servers(path: str) -> None:
     """Stop the server of runtime dir ``path`` politely, then SIGKILL any server process left for it."""
     from . import client as client_mod
     from .errors import OvermindError
-    from .server.launcher import accepts
+    from .launcher import accepts
 
     cached = client_mod._clients.pop(path, None)
     if cached is not None:

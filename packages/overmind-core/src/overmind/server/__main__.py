@@ -1,6 +1,6 @@
 """``python -m overmind.server [--runtime-dir D] [--foreground]``: run the Overmind server.
 
-Normally started by ``overmind.server.launcher.ensure_server`` (detached, output appended to the log) or
+Normally started by ``overmind.launcher.ensure_server`` (detached, output appended to the log) or
 by ``overmind serve``. ``--foreground`` also logs to stderr, for running it in a terminal.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from .. import runtime
 from ..errors import OvermindError
 from .budget import ENV_MAX_BYTES, max_bytes_from_env, parse_size
-from .daemon import EXIT_ALREADY_RUNNING, AlreadyRunning, Server
+from .daemon import AlreadyRunning, Server
 from .limits import Limits
 
 
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         Server(directory, max_bytes, limits).serve_forever()
     except AlreadyRunning as exc:
         print(exc, file=sys.stderr)
-        return EXIT_ALREADY_RUNNING
+        return runtime.EXIT_ALREADY_RUNNING
     except OvermindError as exc:
         logging.getLogger("overmind.server").error("%s", exc)
         print(f"overmind server: {exc}", file=sys.stderr)

@@ -225,8 +225,9 @@ class Connection:
         except BaseException:
             close_fds(fds)
             raise
-        entry_id = self.store.publish(key, self.conn_id, fds[0], deps, meta)
-        return {"ok": True, "entry_id": entry_id}, []
+        out = self.store.publish(key, self.conn_id, fds[0], deps, meta)
+        reply, out_fds = self._get_reply(msg, out)
+        return dict(reply, entry_id=out.entry["entry_id"]), out_fds
 
     def _op_release(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
         close_fds(fds)

@@ -7,9 +7,9 @@ takes them, and a ``get`` waiting on another client's claim is parked until the 
 released. A few times a second the loop also enforces the hello, frame and idle timeouts (``limits``) and
 checks that the runtime directory, lock and socket are still its own (``watch``).
 
-The server imports only the standard library and ``overmind.protocol``/``runtime``/``errors``: it never
-imports torch and never unpickles client data, so a client cannot make it run code and it starts in a
-fraction of a second.
+The server imports only the standard library and ``overmind.protocol``/``runtime``/``errors``/``shm.seals``:
+it never imports torch and never unpickles client data, so a client cannot make it run code and it starts in
+a fraction of a second.
 """
 from __future__ import annotations
 
@@ -34,8 +34,6 @@ from .limits import Limits
 from .wire import BufferBudget, FrameReader
 
 log = logging.getLogger("overmind.server")
-# Exit status of a server that found another one holding the lock; the launcher then waits for that one.
-EXIT_ALREADY_RUNNING = 3
 WATCH_EVERY_S = 0.25  # how often the runtime directory is checked (a client waits at most about this long)
 _ACCEPT_BACKOFF_S = 0.1  # after accept() fails (EMFILE, ENOMEM): stop accepting this long
 _STOP_FLUSH_S = 1.0

@@ -94,8 +94,7 @@ class Store:
         if entry is not None:
             self._touch(entry)
             entry.hits += 1
-            ids = self._closure([entry.entry_id])
-            return GetOutcome("hit", entry.public(), ids, self._dup(ids))
+            return self._hit(entry)
         holder = self._claims.get(key)
         if holder is not None and holder != owner:
             return GetOutcome("busy")
@@ -135,8 +134,12 @@ class Store:
         return keys
 
     # ---- publish ---------------------------------------------------------------------------------------
-    def publish(self, key: str, owner: int, fd: int, deps: list[str], meta: dict[str, Any]) -> str:
-        """Store ``fd`` (ownership passes to the store, closed on refusal) as ``key``; return its entry_id."""
+    def publish(self, key: str, owner: int, fd: int, deps: list[str], meta: dict[str, Any]) -> GetOutcome:
+        """Store ``fd`` (ownership passes to the store, closed on refusal) as ``key``; answer like a ``get``
+        hit on it (not counted as a hit), so the publisher maps what it published without asking again."""
+        return self._hit(self._store(key, owner, fd, deps, meta))
+
+    def _store(self, key: str, owner: int, fd: int, deps: list[str], meta: dict[str, Any]) -> Entry:
         try:
             try:
                 nbytes = sealing.sealed_size(fd)
@@ -148,7 +151,7 @@ class Store:
                 # redundant.
                 self._drop_claim(key)
                 os.close(fd)
-                return existing.entry_id
+                return existing
             missing = [d for d in deps if d not in self._by_id]
             if missing:
                 raise StoreError(
@@ -168,7 +171,7 @@ class Store:
             self._drop_claim(key)
             log.info("published %s (%d bytes, deps %s); %d/%d bytes used", entry.entry_id, nbytes,
                      entry.deps, self._used, self.max_bytes)
-            return entry.entry_id
+            return entry
         except BaseException:
             _close_quietly(fd)
             raise
@@ -282,6 +285,10 @@ class Store:
     def _touch(self, entry: Entry) -> None:
         entry.last_used = time.time()
         entry.lru = next(self._ticks)
+
+    def _hit(self, entry: Entry) -> GetOutcome:
+        ids = self._closure([entry.entry_id])
+        return GetOutcome("hit", entry.public(), ids, self._dup(ids))
 
     def _closure(self, ids: list[str]) -> list[str]:
         """``ids`` then every entry they transitively depend on, each once, breadth first."""

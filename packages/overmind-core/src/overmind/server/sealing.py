@@ -5,17 +5,17 @@ import errno
 import fcntl
 import os
 
-REQUIRED_SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK
+from ..shm import seals
 
 
 class NotSealed(ValueError):
-    """The fd is not a memfd, or lacks F_SEAL_WRITE|F_SEAL_GROW|F_SEAL_SHRINK."""
+    """The fd is not a memfd, or lacks one of the required seals (``shm.seals.REQUIRED``)."""
 
 
 def sealed_size(fd: int) -> int:
     """Return the size in bytes of the sealed memfd ``fd``; raise ``NotSealed`` otherwise."""
     try:
-        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        have = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
     except OSError as exc:
         if exc.errno == errno.EINVAL:
             raise NotSealed(
@@ -23,12 +23,10 @@ def sealed_size(fd: int) -> int:
                 "os.memfd_create(name, os.MFD_ALLOW_SEALING) and sealed"
             ) from None
         raise
-    missing = REQUIRED_SEALS & ~seals
-    if missing:
-        names = [n for n, bit in (("F_SEAL_WRITE", fcntl.F_SEAL_WRITE), ("F_SEAL_GROW", fcntl.F_SEAL_GROW),
-                                  ("F_SEAL_SHRINK", fcntl.F_SEAL_SHRINK)) if missing & bit]
+    names = seals.missing(have)
+    if names:
         raise NotSealed(
             f"the published memfd lacks {', '.join(names)}; seal it with fcntl(fd, F_ADD_SEALS, "
-            f"F_SEAL_WRITE|F_SEAL_GROW|F_SEAL_SHRINK) after unmapping every writable mapping"
+            f"{seals.REQUIRED_NAMES}) after unmapping every writable mapping"
         )
     return os.fstat(fd).st_size

@@ -12,9 +12,8 @@ from typing import Iterable
 
 import torch
 
+from . import seals
 from .layout import Layout
-
-SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
 
 
 def _as_bytes_tensor(storage: torch.UntypedStorage) -> torch.Tensor:
@@ -46,7 +45,7 @@ def write_entry(skeleton: bytes, storages: Iterable[tuple[torch.UntypedStorage, 
                 del region
         finally:
             mm.close()
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals.APPLIED)
         return fd
     except BaseException:
         os.close(fd)

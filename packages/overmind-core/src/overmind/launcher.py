@@ -24,9 +24,8 @@ import sys
 import threading
 import time
 
-from .. import runtime, timeouts
-from ..errors import ServerUnavailable
-from .daemon import EXIT_ALREADY_RUNNING
+from . import runtime, timeouts
+from .errors import ServerUnavailable
 
 ENV_START_TIMEOUT = timeouts.ENV_START
 DEFAULT_START_TIMEOUT = timeouts.DEFAULTS[ENV_START_TIMEOUT]
@@ -85,7 +84,7 @@ def _start_and_wait(directory: str, path: str, deadline: float, timeout: float) 
             if accepts(path):
                 return path
             if proc is not None and proc.poll() is not None:
-                if proc.returncode != EXIT_ALREADY_RUNNING:
+                if proc.returncode != runtime.EXIT_ALREADY_RUNNING:
                     raise _unavailable(directory, f"the server process exited with status {proc.returncode}")
                 proc = None  # another server holds the lock: wait for it to accept, or to finish stopping
             # A server that holds its lock but does not accept is starting or stopping: wait, don't spawn.
@@ -135,7 +134,7 @@ def server_env() -> dict[str, str]:
     the same overmind as this client, even one found via sys.path tweaks rather than installed into
     sys.executable's environment)."""
     env = dict(os.environ)
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the folder holding overmind/
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     return env
 
