@@ -1,4 +1,4 @@
-"""Where an Overmind load spends its time: inclusive timers around the steps of ``overmind.api``.
+"""Where an Overmind load spends its time: inclusive timers around the steps of ``overmind.api`` and ``.entry``.
 
 Installed by a scenario process in Overmind mode (``child.start``). Each timer counts only the outermost
 call of its step (a nested load inside a load is not counted twice) and sums over every load in the
@@ -6,8 +6,8 @@ process. Steps nest: ``publish`` contains ``pickle``, ``write_entry``, ``server_
 ``rebuild``; ``rebuild`` contains ``map`` and ``unpickle``. What no step covers in a cold load (its total
 minus ``key``, ``server_get`` and ``publish``) is the library's own loader running inside Overmind.
 
-This wraps module attributes that ``overmind.api`` looks up at call time; a step that is renamed in the
-core is skipped (and reported missing), never an error.
+This wraps module attributes that ``overmind.api`` and ``overmind.entry`` look up at call time; a step that
+is renamed in the core is skipped (and reported missing), never an error.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ STEPS = {
     "pickle": ("overmind.pickling", "dumps"),
     "write_entry": ("overmind.shm.writer", "write_entry"),
     "server_publish": ("overmind.client", "Client.publish_hit"),
-    "rebuild": ("overmind.api", "rebuild"),
+    "rebuild": ("overmind.entry", "decode"),
     "map": ("overmind.shm.reader", "EntryMapping.__init__"),
     "unpickle": ("overmind.pickling", "loads"),
 }

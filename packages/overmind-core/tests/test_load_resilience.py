@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import overmind
-from overmind import api, client as client_mod
+from overmind import api, client as client_mod, pickling
 from overmind.fallback import CacheBypassed, OvermindWarning
 from overmind.testing import clear_calls, overmind_mapped, record_call, recorded_calls, run_fresh, server_pids
 
@@ -192,7 +192,7 @@ def test_an_exception_that_names_its_fix_gets_no_generic_advice(overmind_runtime
     def refuse(*_args, **_kwargs):
         raise NotCacheableHere("load onto one device to cache it")
 
-    monkeypatch.setattr(api.pickling, "dumps", refuse)
+    monkeypatch.setattr(pickling, "dumps", refuse)
     m, w = _quiet_load(build, 10)
     assert _plain_equal(m, 10)
     assert len(w) == 1 and str(w[0].message).endswith("load onto one device to cache it); returned the plain result.")

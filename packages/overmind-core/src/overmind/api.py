@@ -6,20 +6,19 @@ it, and returns the object rebuilt from that memfd, so this process shares the w
 load that is given this object (``vae=vae``) references its entry instead of copying it.
 
 Whatever goes wrong on Overmind's side, the caller gets the plain loader's result and one
-:class:`~overmind.fallback.OvermindWarning` naming the cause and the fix. Exceptions raised by the
-loader itself propagate unchanged.
+:class:`~overmind.fallback.OvermindWarning` naming the cause and the fix (:mod:`.fallback`). Exceptions raised
+by the loader itself propagate unchanged. Turning a result into an entry and back is :mod:`.entry`'s job.
 """
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import gc
 import logging
 import os
 import threading
 from typing import Any, Callable
 
-from . import arguments_ref, fallback, key, pickling, plugins
+from . import arguments_ref, entry, fallback, key, plugins
 from .errors import OvermindError, ServerError
 
 log = logging.getLogger("overmind")
@@ -33,13 +32,6 @@ def _loading_stack() -> list[str]:
     if stack is None:
         stack = _local.stack = []
     return stack
-
-
-def _warned_causes(outermost: bool) -> set:
-    """Exception types this thread's loads already warned about in the current outermost load."""
-    if outermost or getattr(_local, "causes", None) is None:
-        _local.causes = set()
-    return _local.causes
 
 
 def load(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
@@ -104,7 +96,7 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         return fn(*args, **kwargs)
     if res.status == "hit":
         try:
-            return rebuild(res, ck.key, arguments)
+            return entry.decode(res.entry, res.fds, arguments)
         except arguments_ref.ArgumentMismatch as e:
             # This call's objects do not fit where the entry holds arguments: the entry is sound, the call is not
             # the one it was made for (a key that should have told them apart). Plain call; the entry stays.
@@ -137,14 +129,13 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
                   recheck: _Recheck | None, arguments: dict | None, stack: list) -> Any:
     """Run the loader under this call's claim, then publish; exceptions of the loader propagate."""
     fn = loader.fn
-    nested_causes = _warned_causes(outermost=not stack)
-    outer_causes = set(nested_causes)
+    run = fallback.LoaderRun(outermost=not stack)
     stack.append(ck.key)
     try:
         result = fn(*args, **kwargs)
     finally:
         stack.pop()
-    inner_causes = nested_causes - outer_causes
+    run.finished()
     try:
         rebuilt = publish(client, loader, ck, result, arguments, recheck)
     except KeyChanged as e:
@@ -153,13 +144,7 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
         return result
     except Exception as e:
         _release(client, ck.key)
-        if type(e) in inner_causes and not fallback.strict():
-            # A load nested in this one already warned about this cause: one user call, one warning.
-            log.debug("overmind: not caching %s either: %s", loader.name, e)
-            return result
-        nested_causes.add(type(e))
-        fallback.step_aside(f"overmind: could not cache {loader.name} ({type(e).__name__}: {e}); returned the "
-                            f"plain result.{_fix_for(e)}", e)
+        run.not_cached(loader.name, e)  # one user call, one warning: a nested load may have said it already
         return result
     del result  # the plain result's memory goes now, and back to the system below
     if not stack:
@@ -176,29 +161,11 @@ def _return_freed_memory() -> None:
         pass  # not glibc
 
 
-def _fix_for(e: Exception) -> str:
-    if getattr(e, "has_fix", False):
-        return ""  # the exception's own message already says what to do
-    if isinstance(e, ServerError) and e.reason == "budget":
-        return " Raise OVERMIND_MAX_BYTES (then 'overmind stop') or free entries with 'overmind evict'."
-    if isinstance(e, pickling.PicklingFailed):
-        return " An adapter can teach Overmind to pickle it (hook overmind_reducers)."
-    return " Run 'overmind doctor'."
-
-
 def _release(client, cache_key: str) -> None:
     try:
         client.release(cache_key)
     except Exception as e:  # the server is gone: the claim went with the connection
         log.debug("overmind: release of %s failed: %s", cache_key[:12], e)
-
-
-def _pickle_result(loader: key.Loader, result: Any, reference_mapped: bool,
-                   arguments: dict | None = None) -> pickling.Pickled:
-    with contextlib.ExitStack() as stack:
-        for cm in plugins.call_hook("overmind_prepare_result", result=result, loader=loader):
-            stack.enter_context(cm)
-        return pickling.dumps(result, plugins.reducers(), reference_mapped=reference_mapped, arguments=arguments)
 
 
 class KeyChanged(OvermindError):
@@ -207,71 +174,29 @@ class KeyChanged(OvermindError):
 
 def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments: dict | None = None,
             recheck: _Recheck | None = None) -> Any:
-    """Write ``result`` into a sealed memfd, publish it under ``ck`` and return it rebuilt from there.
+    """Write ``result`` as an entry, publish it under ``ck`` and return it rebuilt from there.
 
-    Objects of the call's bound ``arguments`` that the result holds are recorded as references to those
-    arguments (not pickled, their bytes not copied), and the rebuilt result holds the very same objects.
+    The publish reply is a hit on the entry, so the result comes back from the cache's bytes in one round trip.
     ``recheck`` runs once the result is pickled (so an adapter's refusal, which says why, comes first) and
     before anything is written: a key that changed raises :class:`KeyChanged`.
     """
-    from .shm.writer import write_entry
-
-    adapters_meta: dict = {}
-    for part in plugins.call_hook("overmind_entry_metadata", result=result, loader=loader):
-        adapters_meta.update(part)
-    for reference_mapped in (True, False):
-        pickled = _pickle_result(loader, result, reference_mapped, arguments)
-        if recheck is not None and reference_mapped and not recheck.unchanged(ck):
+    def before_write() -> None:
+        if recheck is not None and not recheck.unchanged(ck):
             raise KeyChanged(f"the files or arguments of {loader.name} changed while it loaded")
-        meta = {"loader": loader.name, "summary": ck.summary, "pickler": pickled.pickler, "pid": os.getpid(),
-                "adapters": adapters_meta}
-        if pickled.argument_aliases:
-            meta["argument_aliases"] = pickled.argument_aliases
-        fd = write_entry(pickled.skeleton, pickled.storages, pickled.data_len, name=f"overmind:{loader.name}"[:240])
-        try:
-            res = client.publish_hit(ck.key, fd, deps=sorted(pickled.deps), meta=meta)
-            break
-        except ServerError as e:
-            # An entry this one references was evicted meanwhile: write the bytes themselves instead.
-            if e.reason != "dep missing" or not reference_mapped:
-                raise
-        finally:
-            os.close(fd)
-    return rebuild(res, ck.key, arguments)
 
-
-def rebuild(res, cache_key: str, arguments: dict | None = None) -> Any:
-    """Map a hit's memfds copy-on-write and unpickle the entry; closes the fds.
-
-    ``arguments`` are this call's bound arguments: where the entry records an argument, the result gets this
-    caller's object (``pipe.vae is vae``); an argument that does not fit raises ``ArgumentMismatch``.
-    """
-    from .shm.reader import EntryMapping
-
-    entry = res.entry
+    encoded = entry.encode(result, loader, ck.summary, arguments, before_write=before_write)
     try:
-        maps = {entry_id: EntryMapping(entry_id, fd) for entry_id, fd in res.fds.items()}
-    finally:
-        for fd in res.fds.values():
-            os.close(fd)
-    own = maps[entry["entry_id"]]
-    meta = entry.get("meta") or {}
-    adapters_meta = meta.get("adapters") or {}
-    plugins.call_hook("overmind_before_unpickle", metadata=adapters_meta)
+        res = _publish(client, ck, encoded)
+    except ServerError as e:
+        if e.reason != "dep missing":
+            raise
+        # An entry this one references was evicted meanwhile: write the bytes themselves instead.
+        res = _publish(client, ck, entry.encode(result, loader, ck.summary, arguments, reference_mapped=False))
+    return entry.decode(res.entry, res.fds, arguments)
 
-    def storage_source(where, offset, nbytes):
-        return (own if where is None else maps[where]).storage(offset, nbytes)
 
-    # The skeleton is a large graph of new objects: the collector's passes over it find nothing to free.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
+def _publish(client, ck: key.CacheKey, encoded: entry.Encoded):
     try:
-        obj = pickling.loads(own.skeleton(), storage_source, meta.get("pickler", "pickle"), arguments,
-                             meta.get("argument_aliases") or ())
+        return client.publish_hit(ck.key, encoded.fd, deps=encoded.deps, meta=encoded.meta)
     finally:
-        if gc_was_enabled:
-            gc.enable()
-    obj = plugins.chain("overmind_after_unpickle", "result", obj, metadata=adapters_meta)
-    if arguments_ref.ArgumentIndex(arguments).path_of(obj) is None:
-        key.remember_origin(obj, cache_key)  # (an argument returned as it was keeps its own origin)
-    return obj
+        os.close(encoded.fd)

@@ -26,8 +26,7 @@ import dill
 import torch
 
 from . import arguments_ref, deepstack, resources
-from .shm import mappings
-from .shm.layout import STORAGE_ALIGN, align
+from .shm.placer import Placer
 
 _MISSING = object()
 
@@ -47,15 +46,11 @@ class Pickled:
 
 
 class _StorageTable:
-    """Assigns each distinct storage met during pickling its place, once; names the call's arguments and
-    refuses system resources (the pickler asks it about every object it meets)."""
+    """Asks the placer where each storage met during pickling goes; names the call's arguments and refuses
+    system resources (the pickler asks it about every object it meets)."""
 
-    def __init__(self, reference_mapped: bool, arguments: arguments_ref.ArgumentIndex | None = None):
-        self.reference_mapped = reference_mapped
-        self.storages: list[tuple[torch.UntypedStorage, int]] = []
-        self.seen: dict[tuple, tuple] = {}
-        self.cursor = 0
-        self.deps: set[str] = set()
+    def __init__(self, placer: Placer, arguments: arguments_ref.ArgumentIndex | None = None):
+        self.placer = placer
         self.arguments = arguments if arguments else None
         self._argument_ids = arguments.ids if arguments else {}
         self._refused = resources.verdicts
@@ -79,25 +74,8 @@ class _StorageTable:
         nbytes = untyped.nbytes()
         if device.type == "meta":
             return ("meta", nbytes, dtype)
-        ident = (str(device), untyped.data_ptr(), nbytes)
-        place = self.seen.get(ident) if nbytes else None
-        if place is None:
-            place = self._place(untyped, device, nbytes)
-            if nbytes:
-                self.seen[ident] = place
-        where, offset = place
+        where, offset = self.placer.place(untyped)
         return ("storage", where, offset, nbytes, dtype, None if device.type == "cpu" else str(device))
-
-    def _place(self, untyped: torch.UntypedStorage, device: torch.device, nbytes: int) -> tuple:
-        if self.reference_mapped and device.type == "cpu":
-            loc = mappings.locate(untyped.data_ptr(), nbytes)
-            if loc is not None:
-                self.deps.add(loc.entry_id)
-                return (loc.entry_id, loc.offset)
-        offset = align(self.cursor, STORAGE_ALIGN)
-        self.cursor = offset + nbytes
-        self.storages.append((untyped, offset))
-        return (None, offset)
 
 
 class _Reducers:
@@ -151,7 +129,8 @@ def dumps(obj: Any, reducers: Mapping[type, Any] = (), reference_mapped: bool = 
 
     ``reducers`` maps types to a ``__reduce__``-style function, or a list of them tried in turn
     (adapters' ``overmind_reducers``, merged by ``plugins.reducers()``).
-    ``reference_mapped=False`` copies every storage even if it already lives in an entry mapping.
+    Each storage's place comes from a :class:`~overmind.shm.placer.Placer`; ``reference_mapped=False`` copies
+    every storage even if it already lives in an entry mapping.
     ``arguments`` are the call's bound arguments: an object passed there is recorded as a reference to the
     argument, not pickled; pass the same call's arguments to :func:`loads`.
 
@@ -170,7 +149,8 @@ def _dumps(obj: Any, reducer_table: _Reducers, reference_mapped: bool,
     first_error: Exception | None = None
     for name, cls in (("pickle", _CPickler), ("dill", _DillPickler)):
         index.used = set()
-        table = _StorageTable(reference_mapped, index)
+        placer = Placer(reference_mapped)
+        table = _StorageTable(placer, index)
         buf = io.BytesIO()
         try:
             cls(buf, table, reducer_table).dump(obj)
@@ -183,12 +163,14 @@ def _dumps(obj: Any, reducer_table: _Reducers, reference_mapped: bool,
             if name == "dill":
                 raise PicklingFailed(obj, e, first_error) from e
             continue
-        return Pickled(buf.getvalue(), table.storages, table.cursor, table.deps, name, index.alias_groups())
+        return Pickled(buf.getvalue(), placer.storages, placer.data_len, placer.deps, name, index.alias_groups())
     raise AssertionError("unreachable")
 
 
 class PicklingFailed(Exception):
     """Neither pickle nor dill could pickle the result; the message names the object and both errors."""
+
+    has_fix = True  # the message says what to do (a reducer); the fallback adds no advice of its own
 
     def __init__(self, obj: Any, dill_error: Exception, pickle_error: Exception):
         super().__init__(

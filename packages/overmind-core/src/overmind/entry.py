@@ -1,0 +1,102 @@
+"""The entry codec: a load's result <-> one sealed memfd (and the entries it references) with its meta.
+
+:func:`encode` readies the result (adapters' ``overmind_prepare_result``), pickles it with its storages out of
+band (each placed by ``shm.placer``: copied into this entry, or referenced in an entry this process maps),
+writes skeleton and bytes into a sealed memfd (``shm.writer``) and returns that fd with the entries it
+references (``deps``) and the ``meta`` the server keeps beside it. :func:`decode` maps an entry's memfds
+copy-on-write (``shm.reader``) and rebuilds the object, storages zero-copy over the mappings, objects the
+call was given as the caller's own (``pipe.vae is vae``, see :mod:`.arguments_ref`).
+
+>>> encoded = encode(result, loader, ck.summary, arguments)      # the caller publishes, then closes .fd
+>>> obj = decode(res.entry, res.fds, arguments)                  # a hit; closes the fds
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from . import arguments_ref, pickling, plugins, provenance
+from .shm import reader, writer
+
+if TYPE_CHECKING:
+    from .key import Loader
+
+
+@dataclass
+class Encoded:
+    """A written entry not yet published: the caller owns ``fd`` and closes it."""
+
+    fd: int
+    deps: list[str]  # ids of the entries whose bytes this one references
+    meta: dict[str, Any]
+
+
+def encode(result: Any, loader: "Loader", summary: str, arguments: dict | None = None, *,
+           reference_mapped: bool = True, before_write: Callable[[], None] | None = None) -> Encoded:
+    """Write ``result`` into a sealed memfd.
+
+    Objects of the call's bound ``arguments`` that the result holds are recorded as references to those
+    arguments (neither pickled nor copied). ``reference_mapped=False`` copies every storage, even one that
+    lives in an entry already mapped here. ``before_write`` runs once the result is pickled (so an adapter's
+    refusal, which says why, comes first) and before anything is written; what it raises propagates.
+    Raises :class:`~overmind.pickling.PicklingFailed` for a result that cannot be pickled.
+    """
+    adapters_meta: dict = {}
+    for part in plugins.call_hook("overmind_entry_metadata", result=result, loader=loader):
+        adapters_meta.update(part)
+    pickled = _pickle(result, loader, reference_mapped, arguments)
+    if before_write is not None:
+        before_write()
+    meta = {"loader": loader.name, "summary": summary, "pickler": pickled.pickler, "pid": os.getpid(),
+            "adapters": adapters_meta}
+    if pickled.argument_aliases:
+        meta["argument_aliases"] = pickled.argument_aliases
+    fd = writer.write_entry(pickled.skeleton, pickled.storages, pickled.data_len,
+                            name=f"overmind:{loader.name}"[:240])
+    return Encoded(fd, sorted(pickled.deps), meta)
+
+
+def _pickle(result: Any, loader: "Loader", reference_mapped: bool, arguments: dict | None) -> pickling.Pickled:
+    with contextlib.ExitStack() as stack:
+        for cm in plugins.call_hook("overmind_prepare_result", result=result, loader=loader):
+            stack.enter_context(cm)
+        return pickling.dumps(result, plugins.reducers(), reference_mapped=reference_mapped, arguments=arguments)
+
+
+def decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None = None) -> Any:
+    """Rebuild the object of ``entry`` (a hit's ``{entry_id, key, meta, ...}``) from ``fds`` (its memfd and
+    those of the entries it depends on, by entry_id), mapped copy-on-write; closes the fds.
+
+    ``arguments`` are this call's bound arguments: where the entry records an argument, the result gets this
+    caller's object; one that does not fit raises :class:`~overmind.arguments_ref.ArgumentMismatch`. The
+    object is remembered as coming from ``entry["key"]`` (see :mod:`.provenance`).
+    """
+    try:
+        maps = {entry_id: reader.EntryMapping(entry_id, fd) for entry_id, fd in fds.items()}
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    own = maps[entry["entry_id"]]
+    meta = entry.get("meta") or {}
+    adapters_meta = meta.get("adapters") or {}
+    plugins.call_hook("overmind_before_unpickle", metadata=adapters_meta)
+
+    def storage_source(where, offset, nbytes):
+        return (own if where is None else maps[where]).storage(offset, nbytes)
+
+    # The skeleton is a large graph of new objects: the collector's passes over it find nothing to free.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        obj = pickling.loads(own.skeleton(), storage_source, meta.get("pickler", "pickle"), arguments,
+                             meta.get("argument_aliases") or ())
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    obj = plugins.chain("overmind_after_unpickle", "result", obj, metadata=adapters_meta)
+    if arguments_ref.ArgumentIndex(arguments).path_of(obj) is None:
+        provenance.remember_origin(obj, entry["key"])  # (an argument returned as it was keeps its own origin)
+    return obj

@@ -1,0 +1,54 @@
+"""Where each storage of a new entry goes: an offset in its data region, or a place in an entry already mapped.
+
+The pickler meets storages one by one and asks :meth:`Placer.place`; only this module knows the data region's
+alignment (``layout.STORAGE_ALIGN``) and how bytes are shared. A storage met twice (views of one storage, a tied
+weight) gets one place. A CPU storage that lies, untouched, in an entry mapping of this process (``vae=vae``) is
+referenced there instead of copied (see :mod:`.mappings`), and that entry becomes a dependency of the new one.
+
+>>> placer = Placer()
+>>> placer.place(tensor.untyped_storage())      # (None, 0): this entry, offset 0
+>>> placer.storages, placer.data_len, placer.deps  # what the writer copies, and the entries referenced
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import mappings
+from .layout import STORAGE_ALIGN, align
+
+if TYPE_CHECKING:
+    import torch
+
+
+class Placer:
+    """Assigns each distinct storage its place once; ``reference_mapped=False`` copies every storage."""
+
+    def __init__(self, reference_mapped: bool = True) -> None:
+        self.reference_mapped = reference_mapped
+        self.storages: list[tuple["torch.UntypedStorage", int]] = []  # (storage, offset in the data region)
+        self.data_len = 0
+        self.deps: set[str] = set()
+        self._seen: dict[tuple, tuple[str | None, int]] = {}
+
+    def place(self, untyped: "torch.UntypedStorage") -> tuple[str | None, int]:
+        """``(where, offset)``: ``where`` is ``None`` for this entry's data region, or the entry_id of the
+        mapped entry whose data region holds the bytes at ``offset``."""
+        device, nbytes = untyped.device, untyped.nbytes()
+        ident = (str(device), untyped.data_ptr(), nbytes)
+        place = self._seen.get(ident) if nbytes else None
+        if place is None:
+            place = self._new_place(untyped, device, nbytes)
+            if nbytes:
+                self._seen[ident] = place
+        return place
+
+    def _new_place(self, untyped: "torch.UntypedStorage", device, nbytes: int) -> tuple[str | None, int]:
+        if self.reference_mapped and device.type == "cpu":
+            loc = mappings.locate(untyped.data_ptr(), nbytes)
+            if loc is not None:
+                self.deps.add(loc.entry_id)
+                return (loc.entry_id, loc.offset)
+        offset = align(self.data_len, STORAGE_ALIGN)
+        self.data_len = offset + nbytes
+        self.storages.append((untyped, offset))
+        return (None, offset)
