@@ -37,7 +37,7 @@ BUCKETS = [
     ("storages over the mapping", ("zerocopy.py", "pickling.py", "shm/reader.py")),
     ("client / socket", ("client.py", "protocol.py", "socket")),
     ("module __setstate__ / configs", ("module.py", "configuration_utils.py", "conv.py")),
-    ("adapter hooks", ("overmind_diffusers", "overmind_transformers", "overmind_bnb", "overmind_sfast", "plugins.py")),
+    ("adapter hooks", ("overmind_diffusers", "overmind_transformers", "overmind_bnb", "overmind_sfast", "hooks.py", "adapters.py")),
 ]
 
 CHILD = r'''

@@ -77,14 +77,14 @@ def fresh_runner(prelude: str, tiny: dict[str, str], tmp_path) -> Callable[..., 
 def active(overmind_runtime, monkeypatch):
     """The installed adapters (not the core suite's fixture adapters) activated for one test, against a
     private server, with ``OVERMIND_STRICT`` unset so a fallback warns instead of raising."""
-    from overmind import plugins
+    from overmind import activation
 
     monkeypatch.setenv("OVERMIND_DISABLED_ADAPTERS", OTHER_ADAPTERS_OFF)
     monkeypatch.delenv("OVERMIND_STRICT", raising=False)
-    plugins.reset()
-    plugins.activate()
+    activation.reset()
+    activation.activate()
     yield
-    plugins.reset()
+    activation.reset()
 
 
 def overmind_warnings(caught) -> list[str]:

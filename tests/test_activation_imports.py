@@ -9,7 +9,7 @@ def test_activate_defers_each_adapter_until_its_library_is_imported(overmind_run
     out = run_fresh('''
         import sys
         import overmind
-        from overmind import patching, plugins
+        from overmind import adapters, patching
         from overmind.testing import report
         overmind.activate()
         before = sorted(m for m in ("transformers", "diffusers", "bitsandbytes") if m in sys.modules)
@@ -24,7 +24,7 @@ def test_activate_defers_each_adapter_until_its_library_is_imported(overmind_run
         overmind.activate()
         import bitsandbytes  # deferred again after re-activation: bnb has no patch targets, only hooks
         report({"before": before, "after_transformers": after_transformers, "after_diffusers": after_diffusers,
-                "restored": restored, "bnb_live": plugins.adapters()["bnb"].live()})
+                "restored": restored, "bnb_live": adapters.states()["bnb"].live()})
     ''')
     assert out == {"before": [], "after_transformers": [True, False], "after_diffusers": True,
                    "restored": [False, False], "bnb_live": True}

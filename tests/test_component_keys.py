@@ -25,7 +25,7 @@ overmind.activate()
 import torch
 from transformers import AutoTokenizer, LlamaConfig
 from diffusers import DDIMScheduler
-from overmind import key, plugins
+from overmind import hooks, key
 from overmind.testing import report
 
 def loader(component, **kw):
@@ -34,7 +34,7 @@ def loader(component, **kw):
 def key_of(component):
     ld = key.describe_loader(loader)
     args = key.bind_arguments(ld, (component,), {{}})
-    return key.make_key(ld, args, [], lambda v: plugins.first_result("overmind_key_for_value", value=v)).key
+    return key.make_key(ld, args, [], hooks.key_for_value).key
 
 tok = AutoTokenizer.from_pretrained({tokenizer!r})
 sched = DDIMScheduler(beta_end=0.02)
@@ -49,7 +49,7 @@ def tokenizer_dir(tmp_path_factory):
 
 
 def _key_of(component):
-    from overmind import key, plugins
+    from overmind import hooks, key
 
     def loader(component, **kw):
         return component
@@ -57,7 +57,7 @@ def _key_of(component):
     ld = key.describe_loader(loader)
     args = key.bind_arguments(ld, (component,), {})
     try:
-        return key.make_key(ld, args, [], lambda v: plugins.first_result("overmind_key_for_value", value=v)).key
+        return key.make_key(ld, args, [], hooks.key_for_value).key
     except key.Unkeyable:
         return None
 

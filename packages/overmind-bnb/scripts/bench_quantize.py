@@ -49,8 +49,8 @@ qc = {config}
 # libraries transformers imports lazily, the adapters and what their hooks import, the server connection).
 import accelerate, bitsandbytes, transformers.integrations.bitsandbytes, transformers.quantizers.auto
 from transformers.models.llama import modeling_llama
-from overmind import client, key, plugins
-plugins.call_hook("overmind_key_parts", loader=key.describe_loader(AutoModelForCausalLM.from_pretrained),
+from overmind import client, hooks, key
+hooks.key_parts(key.describe_loader(AutoModelForCausalLM.from_pretrained),
                   arguments={{"pretrained_model_name_or_path": path, "quantization_config": qc}})
 client.get_client().status()
 t = time.perf_counter()

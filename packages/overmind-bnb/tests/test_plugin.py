@@ -2,28 +2,28 @@
 from __future__ import annotations
 
 from bitsandbytes.nn import Int8Params, Params4bit
-from overmind import plugins
+from overmind import adapters, hooks
 from overmind_bnb import plugin
 from overmind_bnb.reducers import reduce_quantized_param
 
 
 def test_discovered_and_loaded_through_the_entry_point():
-    state = plugins.adapters()["bnb"]
+    state = adapters.states()["bnb"]
     assert (state.status, state.dist) == ("loaded", "overmind-bnb"), state.reason
-    pm = plugins.get_manager()
+    pm = adapters.get_manager()
     assert pm.get_plugin("bnb") is plugin
     pm.check_pending()  # every hookimpl names a hookspec, with matching arguments
 
 
 def test_core_reducer_table_holds_ours():
-    table = plugins.reducers()
+    table = hooks.reducers()
     assert reduce_quantized_param in table[Params4bit] and reduce_quantized_param in table[Int8Params]
 
 
 def test_after_unpickle_runs_before_other_adapters():
     """``overmind_after_unpickle`` chains through the adapters; this one re-attaches hooks first, so others
     see a model that behaves like a freshly loaded one."""
-    impls = plugins.get_manager().hook.overmind_after_unpickle.get_hookimpls()
+    impls = adapters.get_manager().hook.overmind_after_unpickle.get_hookimpls()
     assert impls[-1].plugin_name == "bnb" and impls[-1].tryfirst  # pluggy calls the list's end first
 
 
@@ -34,15 +34,15 @@ def test_reducers_asked_before_bitsandbytes_is_imported_still_apply():
 
     result = run_fresh('''
         import sys, torch
-        from overmind import plugins
+        from overmind import adapters, hooks
         from overmind.testing import report
-        table = plugins.reducers()
+        table = hooks.reducers()
         assert "bitsandbytes" not in sys.modules, "asking for reducers must not import bitsandbytes"
         assert torch.nn.Parameter not in table  # the adapter waits for bitsandbytes
         from bitsandbytes.nn import Linear4bit
         from bnb_testlib import Roundtrip
         layer = Linear4bit(64, 64, quant_type="nf4").to("cpu")
-        copy = Roundtrip(layer, plugins.reducers()).obj
+        copy = Roundtrip(layer, hooks.reducers()).obj
         report([type(copy.weight).__name__, copy.weight.module is copy, torch.equal(copy.weight, layer.weight)])
     ''', env={"PYTHONPATH": str(__import__("pathlib").Path(__file__).parent)})
     assert result == ["Params4bit", True, True]

@@ -361,13 +361,13 @@ PRIVATE_AFTER = {"a statistics field changed", "weight data replaced", "absmax r
 def in_process(overmind_runtime, monkeypatch):
     """Loads through the cache in this process (strict: a fallback fails the test); afterwards the adapters
     are forgotten and bitsandbytes' conversion is put back, so no other test sees this one's state."""
-    from overmind import patching, plugins
+    from overmind import activation, patching
 
     monkeypatch.setenv("OVERMIND_STRICT", "1")
     monkeypatch.setenv("OVERMIND_DISABLED_ADAPTERS", "fixture,fixture_broken,future")
-    plugins.reset()
+    activation.reset()
     yield
-    plugins.reset()
+    activation.reset()
     for target in patching.patched_targets():
         if target.adapter == "bnb" and target.name == "_convert_weight_packed_for_cpu":
             patching.restore(target)

@@ -19,7 +19,7 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from overmind import key, plugins
+from overmind import hooks, key
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -31,7 +31,7 @@ def loader(value, option="default", *, flag=False, **extra):
 def key_of(value, **kwargs) -> str:
     ld = key.describe_loader(loader)
     arguments = key.bind_arguments(ld, (value,), kwargs)
-    return key.make_key(ld, arguments, [], lambda v: plugins.first_result("overmind_key_for_value", value=v)).key
+    return key.make_key(ld, arguments, [], hooks.key_for_value).key
 
 
 def key_or_none(value, **kwargs):
@@ -386,8 +386,8 @@ def test_dtype_and_torch_dtype_share_a_key(tmp_path, activated):
 
     def key_for(**kw):
         arguments = key.bind_arguments(ld, (str(path),), kw)
-        extra = plugins.call_hook("overmind_key_parts", loader=ld, arguments=arguments)
-        return key.make_key(ld, arguments, extra, lambda v: plugins.first_result("overmind_key_for_value", value=v)).key
+        extra = hooks.key_parts(ld, arguments=arguments)
+        return key.make_key(ld, arguments, extra, hooks.key_for_value).key
 
     assert key_for(dtype=torch.float16) == key_for(torch_dtype=torch.float16)
     assert key_for(dtype=torch.float16) != key_for(dtype=torch.float32)
@@ -407,7 +407,7 @@ import overmind
 overmind.activate()
 import torch
 from transformers import BitsAndBytesConfig
-from overmind import key, plugins
+from overmind import hooks, key
 from overmind.testing import report
 assert "bitsandbytes" not in sys.modules
 
@@ -418,7 +418,7 @@ def key_or_none(value):
     ld = key.describe_loader(loader)
     try:
         return key.make_key(ld, key.bind_arguments(ld, (value,), {{}}), [],
-                            lambda v: plugins.first_result("overmind_key_for_value", value=v)).key
+                            hooks.key_for_value).key
     except key.Unkeyable:
         return None
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import overmind
-from overmind import patching, plugins
+from overmind import activation, adapters, patching
 from overmind.fallback import OvermindWarning
-from overmind.plugins import AdapterError
+from overmind.adapters import AdapterError
 from overmind.testing import check_patch_symmetry, check_targets_resolve, overmind_mapped, run_fresh
 from overmind_fixture_adapter import lib
 
@@ -22,7 +22,7 @@ def others_blocked(*extra: str) -> str:
     """OVERMIND_DISABLED_ADAPTERS naming every installed adapter but the fixture ones (and ``extra``)."""
     from importlib import metadata
 
-    names = {ep.name for ep in metadata.entry_points(group=plugins.GROUP)} - FIXTURE_ADAPTERS
+    names = {ep.name for ep in metadata.entry_points(group=adapters.GROUP)} - FIXTURE_ADAPTERS
     return ",".join(sorted(names | set(extra)))
 
 
@@ -30,9 +30,9 @@ def others_blocked(*extra: str) -> str:
 def fresh_plugins(monkeypatch):
     # The real adapters are tested in their own packages; here only the fixture adapters take part.
     monkeypatch.setenv("OVERMIND_DISABLED_ADAPTERS", others_blocked())
-    plugins.reset()
+    activation.reset()
     yield
-    plugins.reset()
+    activation.reset()
 
 
 def test_entry_point_adapter_is_discovered_and_patches_symmetrically(overmind_runtime):
@@ -90,13 +90,13 @@ def test_adapter_reducer_is_used_for_direct_loads_without_activate(overmind_runt
 def test_blocked_adapter_is_not_imported(monkeypatch):
     monkeypatch.setenv("OVERMIND_DISABLED_ADAPTERS", others_blocked("fixture"))
     assert "fixture" not in overmind.activate()
-    assert plugins.adapters()["fixture"].status == "disabled"
+    assert adapters.states()["fixture"].status == "disabled"
     assert not patching.is_patched(lib.Model, "from_pretrained")
 
 
 def test_adapter_with_unmet_requirements_is_skipped_with_its_reason():
     overmind.activate()
-    state = plugins.adapters()["future"]
+    state = adapters.states()["future"]
     assert state.status == "skipped" and "torch>=99" in state.reason
 
 
@@ -132,14 +132,14 @@ def test_target_that_moved_is_reported_with_adapter_target_and_fix():
             return [patching.PatchTarget(lib.Model, "from_pretrained"),
                     patching.PatchTarget(lib.Model, "load_gone")]
 
-    plugins.register_adapter("moved", Plugin())
+    adapters.register_adapter("moved", Plugin())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         overmind.activate()
     msgs = [str(w.message) for w in caught if issubclass(w.category, OvermindWarning)]
     assert any("moved" in m and "Model.load_gone" in m and "OVERMIND_DISABLED_ADAPTERS" in m for m in msgs)
     # the adapter's earlier target was rolled back: an adapter is applied whole or not at all
-    assert plugins.adapters()["moved"].status == "failed"
+    assert adapters.states()["moved"].status == "failed"
     assert patching.patched_targets() == [t for t in patching.patched_targets() if t.adapter != "moved"]
 
 
@@ -163,6 +163,14 @@ def test_every_hook_is_documented_with_its_signature():
                                            "adapters.md")).read()
     for n in names:
         assert n in docs, f"{n} is missing from docs/adapters.md"
+    # each hook is declared once, with its kind and when it runs, and its row in the table says all three
+    assert set(names) == set(hookspecs.SPECS)
+    rows = {line.split("|")[1].strip(" `"): line.replace("\\|", "|") for line in docs.splitlines()
+            if line.startswith("| `overmind_")}
+    for n in names:
+        spec, signature = hookspecs.SPECS[n], str(inspect.signature(getattr(hookspecs, n))).replace("'", "")
+        assert f"`{signature}`" in rows[n], f"docs/adapters.md: {n} should read `{signature}`"
+        assert spec.kind.value in rows[n] and spec.when.value in rows[n], f"docs/adapters.md: {n} needs kind and when"
 
 
 def test_a_key_hook_can_leave_one_call_uncached(overmind_runtime, tmp_path):
@@ -174,7 +182,7 @@ def test_a_key_hook_can_leave_one_call_uncached(overmind_runtime, tmp_path):
             if arguments.get("scale") == 3.0:
                 raise Unkeyable("scale 3 is never cached")
 
-    plugins.register_adapter("picky", Plugin())
+    adapters.register_adapter("picky", Plugin())
     path = tmp_path / "w.pt"
     torch.save(torch.ones(2), path)
     with warnings.catch_warnings():
@@ -202,8 +210,8 @@ def test_after_unpickle_gives_every_adapter_its_turn(overmind_runtime, monkeypat
             seen.append((self.tag, dict(result)))
             return {**result, self.tag: True}
 
-    plugins.register_adapter("first", Tagger("a"))
-    plugins.register_adapter("second", Tagger("b"))
+    adapters.register_adapter("first", Tagger("a"))
+    adapters.register_adapter("second", Tagger("b"))
     out = overmind.load(make_mapping, x=1)
     assert out == {"x": 1, "a": True, "b": True}
     assert [t for t, _ in seen] == ["b", "a"]  # last registered runs first, as in pluggy

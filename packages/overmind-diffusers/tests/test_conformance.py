@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from overmind import plugins
+from overmind import activation
 from overmind.fallback import OvermindWarning
 from overmind.testing import check_patch_symmetry, check_targets_resolve
 
@@ -37,11 +37,11 @@ def test_deactivate_restores_the_identical_objects():
               (diffusers.SchedulerMixin, "from_pretrained"), (FromSingleFileMixin, "from_single_file"),
               (diffusers.AutoPipelineForText2Image, "from_pretrained")]
     before = [vars(o)[n] for o, n in owners]
-    plugins.activate()
+    activation.activate()
     try:
         assert all(vars(o)[n] is not b for (o, n), b in zip(owners, before))
     finally:
-        plugins.deactivate()
+        activation.deactivate()
     assert all(vars(o)[n] is b for (o, n), b in zip(owners, before))
     assert "from_pretrained" not in vars(diffusers.UNet2DConditionModel)
 
@@ -64,4 +64,4 @@ def test_a_moved_target_warns_with_adapter_target_and_versions(monkeypatch):
 @pytest.fixture(autouse=True)
 def _always_deactivated():
     yield
-    plugins.deactivate()
+    activation.deactivate()

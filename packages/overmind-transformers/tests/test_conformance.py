@@ -5,7 +5,7 @@ import warnings
 
 import pytest
 
-from overmind import patching, plugins
+from overmind import activation, patching
 from overmind.fallback import OvermindWarning
 from overmind.testing import check_patch_symmetry, check_targets_resolve
 
@@ -33,11 +33,11 @@ def test_deactivate_restores_the_identical_objects():
     owners = [transformers.PreTrainedModel, transformers.AutoModel, transformers.AutoModelForCausalLM,
               transformers.AutoTokenizer, transformers.PreTrainedTokenizerBase, transformers.ProcessorMixin]
     before = [vars(o)["from_pretrained"] for o in owners]
-    plugins.activate()
+    activation.activate()
     try:
         assert all(vars(o)["from_pretrained"] is not b for o, b in zip(owners, before))
     finally:
-        plugins.deactivate()
+        activation.deactivate()
     assert all(vars(o)["from_pretrained"] is b for o, b in zip(owners, before))
     assert "from_pretrained" not in vars(transformers.BertModel)  # inherited before: nothing left behind
 
@@ -84,4 +84,4 @@ def test_a_moved_target_warns_with_adapter_target_and_versions(monkeypatch):
 @pytest.fixture(autouse=True)
 def _always_deactivated():
     yield
-    plugins.deactivate()
+    activation.deactivate()

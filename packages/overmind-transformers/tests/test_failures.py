@@ -8,7 +8,7 @@ import torch
 
 import tiny_models as tm
 from adapter_testlib import overmind_warnings
-from overmind import plugins
+from overmind import activation
 
 
 def test_unpicklable_model_warns_and_returns_the_plain_load(active, tmp_path):
@@ -28,7 +28,7 @@ def test_unpicklable_model_warns_and_returns_the_plain_load(active, tmp_path):
     assert len(messages) == 1, messages
     assert "adapter transformers (overmind-transformers 0.1.0, transformers " + transformers.__version__ in messages[0]
     assert "StreamingBert.from_pretrained" in messages[0] and "returned the plain result" in messages[0]
-    plugins.deactivate()
+    activation.deactivate()
     assert tm.state_digest(model) == tm.state_digest(transformers.BertModel.from_pretrained(folder))
     assert next(model.stream) == 0
 
@@ -44,7 +44,7 @@ def test_offloaded_model_is_not_cached_and_still_works(active, tmp_path):
     messages = overmind_warnings(caught)
     assert messages and all("dispatched by accelerate" in m and "adapter transformers" in m for m in messages)
     assert "device_map" in messages[0]
-    plugins.deactivate()
+    activation.deactivate()
     plain = AutoModelForCausalLM.from_pretrained(folder)
     ids = torch.tensor([[1, 5, 9, 3]])
     with torch.no_grad():

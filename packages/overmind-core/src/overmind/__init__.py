@@ -36,14 +36,14 @@ def activate(*, strict: bool = False) -> list[str]:
     Returns the names of the active adapters. Idempotent. An adapter that fails to import or patch is
     skipped with one warning, or raises with ``strict=True``.
     """
-    from .plugins import activate as _activate
+    from .activation import activate as _activate
 
     return _activate(strict=strict)
 
 
 def deactivate() -> None:
     """Restore every patched attribute to its exact original object."""
-    from .plugins import deactivate as _deactivate
+    from .activation import deactivate as _deactivate
 
     _deactivate()
 

@@ -18,7 +18,7 @@ import os
 import threading
 from typing import Any, Callable
 
-from . import arguments_ref, entry, fallback, key, plugins
+from . import arguments_ref, entry, fallback, hooks, key
 from .errors import OvermindError, ServerError
 
 log = logging.getLogger("overmind")
@@ -41,7 +41,7 @@ def load(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
     try:
         loader = key.describe_loader(fn)
         arguments = key.bind_arguments(loader, args, kwargs)
-        extra = plugins.call_hook("overmind_key_parts", loader=loader, arguments=arguments)
+        extra = hooks.key_parts(loader, arguments)
         cache_key = key.make_key(loader, arguments, extra, _value_hook)
     except key.Unkeyable as e:
         log.debug("overmind: not caching %r: %s", fn, e)
@@ -68,7 +68,7 @@ class _Recheck:
 
 
 def _value_hook(value: Any) -> Any:
-    return plugins.first_result("overmind_key_for_value", value=value)
+    return hooks.key_for_value(value)
 
 
 def _wait_timeout(nested: bool) -> float:

@@ -194,9 +194,9 @@ def check_zerocopy() -> Check:
 def check_adapters() -> list[Check]:
     """One line per installed adapter: loaded, or why it is skipped, disabled or failed."""
     try:
-        from . import plugins
+        from . import adapters
 
-        states = plugins.adapters()
+        states = adapters.states()
     except Exception as exc:  # noqa: BLE001 - report, don't crash
         return [Check("adapters", WARN, f"cannot list adapters ({type(exc).__name__}: {exc})")]
     checks = []

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import arguments_ref, pickling, plugins, provenance
+from . import arguments_ref, hooks, pickling, provenance
 from .shm import reader, writer
 
 if TYPE_CHECKING:
@@ -44,9 +44,7 @@ def encode(result: Any, loader: "Loader", summary: str, arguments: dict | None =
     refusal, which says why, comes first) and before anything is written; what it raises propagates.
     Raises :class:`~overmind.pickling.PicklingFailed` for a result that cannot be pickled.
     """
-    adapters_meta: dict = {}
-    for part in plugins.call_hook("overmind_entry_metadata", result=result, loader=loader):
-        adapters_meta.update(part)
+    adapters_meta = hooks.entry_metadata(result, loader)
     pickled = _pickle(result, loader, reference_mapped, arguments)
     if before_write is not None:
         before_write()
@@ -61,9 +59,8 @@ def encode(result: Any, loader: "Loader", summary: str, arguments: dict | None =
 
 def _pickle(result: Any, loader: "Loader", reference_mapped: bool, arguments: dict | None) -> pickling.Pickled:
     with contextlib.ExitStack() as stack:
-        for cm in plugins.call_hook("overmind_prepare_result", result=result, loader=loader):
-            stack.enter_context(cm)
-        return pickling.dumps(result, plugins.reducers(), reference_mapped=reference_mapped, arguments=arguments)
+        stack.enter_context(hooks.prepare_result(result, loader))
+        return pickling.dumps(result, hooks.reducers(), reference_mapped=reference_mapped, arguments=arguments)
 
 
 def decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None = None) -> Any:
@@ -82,7 +79,7 @@ def decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None = 
     own = maps[entry["entry_id"]]
     meta = entry.get("meta") or {}
     adapters_meta = meta.get("adapters") or {}
-    plugins.call_hook("overmind_before_unpickle", metadata=adapters_meta)
+    hooks.before_unpickle(adapters_meta)
 
     def storage_source(where, offset, nbytes):
         return (own if where is None else maps[where]).storage(offset, nbytes)
@@ -96,7 +93,7 @@ def decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None = 
     finally:
         if gc_was_enabled:
             gc.enable()
-    obj = plugins.chain("overmind_after_unpickle", "result", obj, metadata=adapters_meta)
+    obj = hooks.after_unpickle(obj, adapters_meta)
     if arguments_ref.ArgumentIndex(arguments).path_of(obj) is None:
         provenance.remember_origin(obj, entry["key"])  # (an argument returned as it was keeps its own origin)
     return obj

@@ -1,4 +1,5 @@
-"""The hooks an Overmind adapter implements.
+"""The hooks an Overmind adapter implements, each declared once: what it takes, what it returns, how the
+results of several adapters combine (its :class:`Kind`) and in which processes it runs (its :class:`When`).
 
 An adapter is a module (or object) registered under the entry-point group ``overmind.adapters``; it
 implements any of the hooks below with ``@overmind.hookimpl``. Example (``overmind_mylib/plugin.py``)::
@@ -11,37 +12,88 @@ implements any of the hooks below with ``@overmind.hookimpl``. Example (``overmi
         import mylib
         return [PatchTarget(mylib.Model, "load", kind="classmethod")]
 
-Every hook runs in the user's process; none runs in the server.
+Every hook runs in the user's process; none runs in the server. The core calls them through
+:mod:`overmind.hooks`, one function per hook, which reads the kind and the "when" from :data:`SPECS`.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, ContextManager, Mapping, Sequence
+import enum
+import inspect
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Mapping, Sequence
 
 import pluggy
+
+if TYPE_CHECKING:
+    from .key import Loader
+    from .patching import PatchTarget
 
 PROJECT = "overmind"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
-@hookspec
-def overmind_patch_targets() -> Sequence[Any]:
+class Kind(str, enum.Enum):
+    """How the results of the adapters implementing one hook combine. Each adapter's hook is called on its
+    own (a failing adapter is named and skipped), the last registered first, as pluggy orders them."""
+
+    ALL = "all results"  # every adapter's result that is not None, in hook order
+    MERGED = "merged"  # every adapter's mapping, merged into one
+    CHAINED = "chained"  # one value passed through each adapter in turn; None keeps it
+    ENTERED = "entered"  # every adapter's context manager, entered together around one step
+    FIRST = "first result"  # the first result that is not None; the adapters after it are not called
+
+
+class When(str, enum.Enum):
+    """In which processes an adapter's hook runs."""
+
+    # Once the adapter's libraries are imported in this process: before that no object of theirs can exist.
+    LIVE = "once its library is imported"
+    # In every process, whatever it imported: an entry being unpickled needs its adapters before the library
+    # is imported (the unpickling imports it), and a value reaches a key before the load imports its library
+    # (a BitsAndBytesConfig before bitsandbytes). These hooks look values up in sys.modules, never import.
+    ALWAYS = "in every process"
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    kind: Kind
+    when: When
+    args: tuple[str, ...]  # the hook's parameters; a CHAINED hook passes its first one on
+
+
+SPECS: dict[str, Spec] = {}
+
+
+def _declare(kind: Kind, when: When) -> Callable[[Callable], Callable]:
+    def declare(fn: Callable) -> Callable:
+        SPECS[fn.__name__] = Spec(fn.__name__, kind, when, tuple(inspect.signature(fn).parameters))
+        return hookspec(firstresult=kind is Kind.FIRST)(fn)
+
+    return declare
+
+
+@_declare(Kind.ALL, When.LIVE)
+def overmind_patch_targets() -> Sequence[PatchTarget]:
     """Return the loaders this adapter caches, as a list of :class:`overmind.patching.PatchTarget`.
 
-    Called by ``overmind.activate()``. Each target's attribute is replaced by a wrapper that routes the call
-    through ``overmind.load``; ``overmind.deactivate()`` puts the identical original object back. Import the
-    library inside the hook: an ``ImportError`` here skips the adapter with one warning.
+    Called by ``overmind.activate()``, for each adapter on its own, once its library is imported. Each
+    target's attribute is replaced by a wrapper that routes the call through ``overmind.load``;
+    ``overmind.deactivate()`` puts the identical original object back. Import the library inside the hook:
+    an ``ImportError`` here skips the adapter with one warning.
     """
 
 
-@hookspec
+@_declare(Kind.MERGED, When.LIVE)
 def overmind_reducers() -> Mapping[type, Callable[[Any], tuple]]:
     """Return ``{type: reducer}`` for objects the default pickling cannot handle or handles slowly.
 
     A reducer takes the object and returns a ``__reduce__``-style tuple ``(callable, args[, state, ...])``.
     It applies to instances of the type and of its subclasses: the most specific registered type is tried
     first, and a reducer may return ``NotImplemented`` to pass the object on (to another adapter's reducer
-    for the same or a base type, then to the default pickling).
+    for the same or a base type, then to the default pickling). The tables of all adapters are merged: where
+    two claim one type, both are kept, in hook order.
     Tensors and storages inside ``args`` are stored out of band, zero-copy, as everywhere else. Example::
 
         @overmind.hookimpl
@@ -50,8 +102,8 @@ def overmind_reducers() -> Mapping[type, Callable[[Any], tuple]]:
     """
 
 
-@hookspec
-def overmind_prepare_result(result: Any, loader: Any) -> ContextManager | None:
+@_declare(Kind.ENTERED, When.LIVE)
+def overmind_prepare_result(result: Any, loader: Loader) -> ContextManager | None:
     """Return a context manager that readies ``result`` for pickling, or ``None``.
 
     Entered just before ``result`` is pickled and exited right after, whether pickling worked or not: strip
@@ -61,15 +113,15 @@ def overmind_prepare_result(result: Any, loader: Any) -> ContextManager | None:
     """
 
 
-@hookspec
-def overmind_entry_metadata(result: Any, loader: Any) -> Mapping[str, Any] | None:
+@_declare(Kind.MERGED, When.LIVE)
+def overmind_entry_metadata(result: Any, loader: Loader) -> Mapping[str, Any] | None:
     """Return JSON-serialisable facts the client needs before unpickling this entry (for example the folder
     of a dynamic module), or ``None``. The dicts of all adapters are merged and stored with the entry; they
     come back to :func:`overmind_before_unpickle` and :func:`overmind_after_unpickle` in every later process.
     """
 
 
-@hookspec
+@_declare(Kind.ALL, When.ALWAYS)
 def overmind_before_unpickle(metadata: Mapping[str, Any]) -> None:
     """Prepare this process to unpickle an entry (for example register ``transformers_modules``).
 
@@ -77,7 +129,7 @@ def overmind_before_unpickle(metadata: Mapping[str, Any]) -> None:
     """
 
 
-@hookspec
+@_declare(Kind.CHAINED, When.ALWAYS)
 def overmind_after_unpickle(result: Any, metadata: Mapping[str, Any]) -> Any:
     """Finish an object rebuilt from the cache (for example re-attach device guards).
 
@@ -86,7 +138,7 @@ def overmind_after_unpickle(result: Any, metadata: Mapping[str, Any]) -> Any:
     """
 
 
-@hookspec(firstresult=True)
+@_declare(Kind.FIRST, When.ALWAYS)
 def overmind_key_for_value(value: Any) -> Any:
     """Return a keyable stand-in for an argument value the core does not know, or ``None``.
 
@@ -96,8 +148,8 @@ def overmind_key_for_value(value: Any) -> Any:
     """
 
 
-@hookspec
-def overmind_key_parts(loader: Any, arguments: dict[str, Any]) -> Sequence[Any] | None:
+@_declare(Kind.ALL, When.ALWAYS)
+def overmind_key_parts(loader: Loader, arguments: dict[str, Any]) -> Sequence[Any] | None:
     """Return extra key parts for this call, or ``None``; may also normalise ``arguments`` in place.
 
     ``arguments`` maps parameter names to values after binding to the loader's signature with defaults

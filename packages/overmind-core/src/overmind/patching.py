@@ -1,27 +1,32 @@
-"""Patch records: route a library's loader through ``overmind.load`` and put the exact original back.
+"""Patch records: route a library's loader through a cache's load function and put the exact original back.
 
-One registry holds every original (as gevent.monkey does): :func:`get_original` and :func:`is_patched`
-answer from it, :func:`apply` is idempotent and :func:`restore` undoes exactly what :func:`apply` did,
-including deleting an attribute that was only inherited before patching.
+This is mechanism only: the caller hands :func:`apply` the *route*, the function a patched loader calls
+instead (``activate()`` passes ``overmind.api.load``), so nothing here knows the load path. One registry
+holds every original (as gevent.monkey does): :func:`get_original` and :func:`is_patched` answer from it,
+:func:`apply` is idempotent and :func:`restore` undoes exactly what :func:`apply` did, including deleting an
+attribute that was only inherited before patching.
 
 >>> from overmind.patching import PatchTarget, apply, restore
 >>> t = PatchTarget(MyModel, "from_pretrained", kind="classmethod", adapter="mylib")
->>> apply(t); ...; restore(t)
+>>> apply(t, overmind.load); ...; restore(t)
 """
 from __future__ import annotations
 
 import functools
 import inspect
 import threading
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
-__all__ = ["PatchTarget", "PatchError", "apply", "restore", "restore_all", "is_patched", "get_original", "patched_targets"]
+from .errors import OvermindError
+
+__all__ = ["PatchTarget", "PatchError", "apply", "restore", "is_patched", "get_original", "patched_targets"]
 
 _KINDS = ("classmethod", "function", "staticmethod", "replace")
+Route = Callable[..., Any]  # route(loader, *args, **kwargs): what a patched loader calls instead
 
 
-class PatchError(RuntimeError):
+class PatchError(OvermindError, RuntimeError):
     """A patch target could not be applied; the message names the adapter, the target and the fix."""
 
 
@@ -54,7 +59,6 @@ class _Record:
     target: PatchTarget
     original: Any  # the object found in owner.__dict__ (or inherited) before patching
     had_own: bool  # whether owner.__dict__ held the attribute itself
-    wrapper: Any = field(default=None)
 
 
 _lock = threading.RLock()
@@ -83,14 +87,15 @@ def patched_targets() -> list[PatchTarget]:
     return [r.target for r in _records.values()]
 
 
-def _make_wrapper(target: PatchTarget, original: Any) -> Any:
+def _make_wrapper(target: PatchTarget, original: Any, route: Route | None) -> Any:
     if target.kind == "replace":
         if target.replacement is None:
             raise PatchError(f"overmind: adapter {target.adapter or '?'}: PatchTarget({target.describe()}, "
                              f"kind='replace') needs a replacement object.")
         return target.replacement
-
-    from . import api  # late: keeps `import overmind.patching` free of torch
+    if route is None:
+        raise PatchError(f"overmind: PatchTarget({target.describe()}, kind={target.kind!r}) routes calls: "
+                         f"apply() needs the route, e.g. apply(target, overmind.load).")
 
     if target.kind == "classmethod":
         if not isinstance(original, classmethod):
@@ -103,7 +108,7 @@ def _make_wrapper(target: PatchTarget, original: Any) -> Any:
 
         @functools.wraps(func)
         def cached_classmethod(cls, *args, **kwargs):
-            return api.load(original.__get__(None, cls), *args, **kwargs)
+            return route(original.__get__(None, cls), *args, **kwargs)
 
         cached_classmethod.__overmind_original__ = original
         return classmethod(cached_classmethod)
@@ -117,14 +122,16 @@ def _make_wrapper(target: PatchTarget, original: Any) -> Any:
 
     @functools.wraps(func)
     def cached_function(*args, **kwargs):
-        return api.load(func, *args, **kwargs)
+        return route(func, *args, **kwargs)
 
     cached_function.__overmind_original__ = original
     return staticmethod(cached_function) if target.kind == "staticmethod" else cached_function
 
 
-def apply(target: PatchTarget) -> bool:
-    """Patch ``target``; returns False if it was already patched (idempotent)."""
+def apply(target: PatchTarget, route: Route | None = None) -> bool:
+    """Patch ``target`` so that a call goes to ``route(original_loader, *args, **kwargs)`` (a ``replace``
+    target installs its replacement and takes no route); returns False if it was already patched (idempotent).
+    """
     if target.kind not in _KINDS:
         raise PatchError(f"overmind: adapter {target.adapter or '?'}: unknown patch kind {target.kind!r} for "
                          f"{target.describe()}; use one of {', '.join(_KINDS)}.")
@@ -141,9 +148,8 @@ def apply(target: PatchTarget) -> bool:
                 f"overmind: adapter {target.adapter or '?'} cannot patch {target.describe()}: no such attribute. "
                 f"The library moved it; update the adapter or block it with OVERMIND_DISABLED_ADAPTERS."
             ) from None
-        wrapper = _make_wrapper(target, original)
-        setattr(target.owner, target.name, wrapper)
-        _records[slot] = _Record(target, original, had_own, wrapper)
+        setattr(target.owner, target.name, _make_wrapper(target, original, route))
+        _records[slot] = _Record(target, original, had_own)
         return True
 
 
@@ -158,10 +164,3 @@ def restore(target: PatchTarget) -> bool:
         else:
             delattr(target.owner, target.name)
         return True
-
-
-def restore_all() -> None:
-    """Undo every patch, newest first."""
-    with _lock:
-        for rec in reversed(list(_records.values())):
-            restore(rec.target)

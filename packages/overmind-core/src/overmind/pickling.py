@@ -128,7 +128,7 @@ def dumps(obj: Any, reducers: Mapping[type, Any] = (), reference_mapped: bool = 
     """Pickle ``obj`` with its storages out of band.
 
     ``reducers`` maps types to a ``__reduce__``-style function, or a list of them tried in turn
-    (adapters' ``overmind_reducers``, merged by ``plugins.reducers()``).
+    (adapters' ``overmind_reducers``, merged by ``hooks.reducers()``).
     Each storage's place comes from a :class:`~overmind.shm.placer.Placer`; ``reference_mapped=False`` copies
     every storage even if it already lives in an entry mapping.
     ``arguments`` are the call's bound arguments: an object passed there is recorded as a reference to the

@@ -64,10 +64,10 @@ def _config_form(module: Any) -> Any:
     config = getattr(module, "config", None)
     if config is None:
         return None
-    from . import canon, plugins
+    from . import canon, hooks
 
     try:
-        return repr(canon.canon(config, lambda v: plugins.first_result("overmind_key_for_value", value=v)))
+        return repr(canon.canon(config, hooks.key_for_value))
     except canon.Unkeyable:
         return _Unknown  # compared by identity below: an undescribable config never matches
 

@@ -141,16 +141,14 @@ def overmind_mapped(address: int) -> bool:
 
 
 def _adapter_targets(name: str) -> list:
-    from . import plugins
+    from . import adapters, hooks
 
-    pm = plugins.get_manager()
-    plugin = pm.get_plugin(name)
-    state = plugins.adapters().get(name)
+    plugin = adapters.get_manager().get_plugin(name)
+    state = adapters.states().get(name)
     if plugin is None:
         why = f" ({state.status}: {state.reason})" if state else " (no entry point of that name in group overmind.adapters)"
         raise AssertionError(f"adapter {name!r} is not loaded{why}")
-    hook = getattr(plugin, "overmind_patch_targets", None)
-    return list(hook() or []) if hook else []
+    return hooks.patch_targets(name)
 
 
 def check_targets_resolve(name: str) -> list:
@@ -169,23 +167,23 @@ def check_targets_resolve(name: str) -> list:
 def check_patch_symmetry(name: str) -> list:
     """``activate()`` patches every target of adapter ``name`` (twice is a no-op) and ``deactivate()`` puts
     back the identical original objects, leaving no attribute behind that was not there before."""
-    from . import patching, plugins
+    from . import activation, patching
 
     targets = _adapter_targets(name)
     assert targets, f"adapter {name!r} declares no patch targets"
     before = {(id(t.owner), t.name): (t.name in vars(t.owner), vars(t.owner).get(t.name)) for t in targets}
-    plugins.deactivate()
+    activation.deactivate()
     try:
-        plugins.activate(strict=True)
+        activation.activate(strict=True)
         first = {(id(t.owner), t.name): vars(t.owner).get(t.name) for t in targets}
         for t in targets:
             assert patching.is_patched(t.owner, t.name), f"{t.describe()} was not patched by activate()"
             assert vars(t.owner).get(t.name) is not before[(id(t.owner), t.name)][1], f"{t.describe()} unchanged"
-        plugins.activate(strict=True)
+        activation.activate(strict=True)
         for t in targets:
             assert vars(t.owner).get(t.name) is first[(id(t.owner), t.name)], f"{t.describe()} re-patched"
     finally:
-        plugins.deactivate()
+        activation.deactivate()
     for t in targets:
         had, original = before[(id(t.owner), t.name)]
         assert (t.name in vars(t.owner)) == had, f"deactivate() left {t.describe()} behind"

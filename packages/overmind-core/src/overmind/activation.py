@@ -1,0 +1,108 @@
+"""``activate()`` and ``deactivate()``: patch each discovered adapter's loaders once its library is imported,
+and put every original back.
+
+Activating costs no library imports: an adapter whose library is not imported yet is patched the moment it
+is (a post-import hook, see :mod:`overmind.importwatch`). Its targets are routed through ``api.load``,
+handed to :mod:`overmind.patching`, which knows only the mechanism. An adapter is applied whole or not at
+all: a target that fails rolls back the ones before it, with one warning naming the adapter and the fix, or
+an :class:`~overmind.adapters.AdapterError` under ``activate(strict=True)``.
+"""
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Callable
+
+from . import adapters, fallback, hooks, importwatch, libraries, patching
+from .adapters import AdapterError, AdapterState
+from .fallback import OvermindWarning
+
+log = logging.getLogger("overmind")
+
+
+def activate(strict: bool = False) -> list[str]:
+    """Discover the adapters and patch each one now or once its library is imported; the names loaded."""
+    if fallback.disabled():
+        log.info("overmind: OVERMIND_DISABLE=1, activate() patches nothing")
+        return []
+    with adapters.lock:
+        adapters.get_manager(strict)
+        states = adapters.states()
+        if strict:
+            failed = [s for s in states.values() if s.status == "failed"]
+            if failed:
+                raise AdapterError(failed[0].reason)
+        for state in states.values():
+            if state.status == "loaded" and not state.targets and not state.deferred:
+                _apply_when_live(state, strict)
+        return sorted(n for n, s in adapters.states().items() if s.status == "loaded")
+
+
+def _apply_when_live(state: AdapterState, strict: bool) -> None:
+    """Patch now if the adapter's libraries are imported, else right after they are."""
+    missing = libraries.missing_module(state.modules)
+    if missing is None:
+        state.deferred = False
+        _apply_adapter(state, strict)
+        return
+    state.deferred = True
+
+    def on_import(_module) -> None:
+        with adapters.lock:
+            if state.deferred and adapters.states(discover=False).get(state.name) is state:
+                _apply_when_live(state, strict=False)
+
+    state.on_import = on_import
+    importwatch.when_imported(missing, on_import)
+
+
+def _apply_adapter(state: AdapterState, strict: bool) -> None:
+    applied = []
+    try:
+        targets = hooks.patch_targets(state.name)
+        route = _route() if any(t.kind != "replace" for t in targets) else None
+        for t in targets:
+            t = t if t.adapter else patching.PatchTarget(t.owner, t.name, t.kind, state.name, t.replacement)
+            patching.apply(t, route)
+            applied.append(t)
+    except Exception as e:
+        for t in reversed(applied):
+            patching.restore(t)
+        state.status, state.reason = "failed", _patch_failure(state, e)
+        if strict:
+            raise AdapterError(state.reason) from e
+        warnings.warn(OvermindWarning(state.reason), stacklevel=4)
+        return
+    state.targets = applied
+
+
+def _route() -> Callable:
+    from .api import load  # late: the load path imports torch, and activating imports no library
+
+    return load
+
+
+def _patch_failure(state: AdapterState, e: Exception) -> str:
+    if isinstance(e, patching.PatchError):
+        return str(e)
+    return (f"overmind: adapter {state.name} ({state.dist}) failed to patch: {type(e).__name__}: {e}. "
+            f"Its library may have changed; upgrade {state.dist} or skip it with OVERMIND_DISABLED_ADAPTERS={state.name}.")
+
+
+def deactivate() -> None:
+    """Restore every patched attribute to its exact original object and stop waiting for imports."""
+    with adapters.lock:
+        for state in reversed(list(adapters.states(discover=False).values())):
+            if state.deferred:
+                importwatch.cancel(state.on_import)
+                state.deferred = False
+            for t in reversed(state.targets):
+                patching.restore(t)
+            state.targets = []
+
+
+def reset() -> None:
+    """Forget every adapter (tests): deactivate, then drop the manager so the next use rediscovers."""
+    with adapters.lock:
+        deactivate()
+        adapters.forget()

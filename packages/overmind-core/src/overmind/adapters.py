@@ -1,0 +1,184 @@
+"""Adapter discovery (entry-point group ``overmind.adapters``) and the state of every adapter seen.
+
+Adapters are discovered once per process, on ``activate()`` or on the first ``load()`` (their reducers and
+key hooks apply to direct ``overmind.load`` calls too). Before an adapter's module is imported, the library
+versions it declares (its distribution's requirements with ``extra == "instruments"``) are checked against
+what is installed, as opentelemetry instrumentors do: an adapter for a library that is missing or too new is
+skipped with one line of why. An adapter the user blocks with ``OVERMIND_DISABLED_ADAPTERS=a,b`` is not
+imported at all. An adapter is *live* once its libraries are imported (see :mod:`overmind.libraries`).
+
+>>> from overmind import adapters
+>>> adapters.states()["bnb"].status
+'loaded'
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import warnings
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+import pluggy
+
+from . import hookspecs, libraries
+from .errors import OvermindError
+from .fallback import OvermindWarning
+
+log = logging.getLogger("overmind")
+GROUP = "overmind.adapters"
+_UNSUPPORTED = ("wrapper", "hookwrapper")  # pluggy impl options; each adapter's hook is called on its own
+
+
+class AdapterError(OvermindError):
+    """An adapter failed to load or patch (raised by ``activate(strict=True)``), or declares a hook in a way
+    Overmind does not support."""
+
+
+@dataclass
+class AdapterState:
+    name: str
+    dist: str | None
+    status: str  # "loaded", "skipped", "disabled", "failed"
+    reason: str = ""
+    targets: list = field(default_factory=list)  # what activation patched for it
+    modules: tuple = ()  # libraries.module_groups(): the adapter is live once each group has one imported
+    deferred: bool = False  # activation is waiting for the library's import to patch it
+    on_import: Any = None  # the post-import callback while deferred
+
+    def live(self) -> bool:
+        return libraries.missing_module(self.modules) is None
+
+
+lock = threading.RLock()
+_manager: pluggy.PluginManager | None = None
+_states: dict[str, AdapterState] = {}
+_generation = 0  # changes whenever an adapter is registered or forgotten: caches of hook results key on it
+
+
+def disabled_names() -> set[str]:
+    return {n.strip() for n in os.environ.get("OVERMIND_DISABLED_ADAPTERS", "").split(",") if n.strip()}
+
+
+def unmet_requirements(dist: metadata.Distribution | None) -> list[str]:
+    """Requirements marked ``extra == "instruments"`` that the installed packages do not satisfy."""
+    unmet = []
+    for req in libraries.instruments_requirements(dist):
+        try:
+            have = metadata.version(req.name)
+        except metadata.PackageNotFoundError:
+            unmet.append(f"{req} (not installed)")
+            continue
+        if req.specifier and not req.specifier.contains(have, prereleases=True):
+            unmet.append(f"{req} (found {have})")
+    return unmet
+
+
+def _report(state: AdapterState, strict: bool) -> None:
+    # Discovery always finishes; under strict, activate() raises for the failed adapter instead of a warning.
+    if state.status == "failed" and not strict:
+        warnings.warn(OvermindWarning(state.reason), stacklevel=4)
+    elif state.status == "skipped":
+        log.info("%s", state.reason)
+
+
+def _register(pm: pluggy.PluginManager, plugin: Any, name: str) -> None:
+    """Register ``plugin``, refusing the impl options whose meaning Overmind's hook calls cannot keep."""
+    pm.register(plugin, name=name)
+    for caller in pm.get_hookcallers(plugin) or ():
+        for impl in caller.get_hookimpls():
+            option = next((o for o in _UNSUPPORTED if impl.plugin is plugin and getattr(impl, o, False)), None)
+            if option is not None:
+                pm.unregister(plugin)
+                raise AdapterError(
+                    f"overmind: adapter {name} declares {caller.name} with {option}=True, which Overmind does not "
+                    f"support: it calls each adapter's hook on its own, so that a failing adapter is named and "
+                    f"skipped. Drop {option}=True and return the hook's value (to run code around pickling, return "
+                    f"a context manager from overmind_prepare_result).")
+
+
+def register_adapter(name: str, plugin: Any, dist: str | None = None) -> AdapterState:
+    """Register an adapter object directly (tests, or adapters shipped inside an application)."""
+    global _generation
+    with lock:
+        pm = get_manager()
+        if pm.get_plugin(name) is None:
+            _register(pm, plugin, name)
+        state = _states[name] = AdapterState(name, dist, "loaded")
+        _generation += 1
+        return state
+
+
+def _discover(pm: pluggy.PluginManager, strict: bool) -> None:
+    blocked = disabled_names()
+    for ep in metadata.entry_points(group=GROUP):
+        if ep.name in _states:
+            continue
+        dist = getattr(ep, "dist", None)
+        dist_name = dist.metadata["Name"] if dist is not None else None
+        if ep.name in blocked:
+            _states[ep.name] = AdapterState(ep.name, dist_name, "disabled", "blocked by OVERMIND_DISABLED_ADAPTERS")
+            continue
+        unmet = unmet_requirements(dist)
+        if unmet:
+            state = _states[ep.name] = AdapterState(
+                ep.name, dist_name, "skipped",
+                f"overmind: adapter {ep.name} skipped: needs {', '.join(unmet)}.")
+            _report(state, strict)
+            continue
+        try:
+            plugin = ep.load()
+            _register(pm, plugin, ep.name)
+        except AdapterError as e:
+            state = _states[ep.name] = AdapterState(ep.name, dist_name, "failed", str(e))
+            _report(state, strict)
+            continue
+        except Exception as e:
+            state = _states[ep.name] = AdapterState(
+                ep.name, dist_name, "failed",
+                f"overmind: adapter {ep.name} ({dist_name}) failed to import {ep.value}: {type(e).__name__}: {e}. "
+                f"Reinstall or upgrade {dist_name}, or skip it with OVERMIND_DISABLED_ADAPTERS={ep.name}.")
+            _report(state, strict)
+            continue
+        _states[ep.name] = AdapterState(ep.name, dist_name, "loaded", modules=libraries.module_groups(dist))
+
+
+def get_manager(strict: bool = False) -> pluggy.PluginManager:
+    """The plugin manager, with the installed adapters discovered on first use."""
+    global _manager, _generation
+    with lock:
+        if _manager is None:
+            _manager = pluggy.PluginManager(hookspecs.PROJECT)
+            _manager.add_hookspecs(hookspecs)
+            _discover(_manager, strict)
+            _generation += 1
+        return _manager
+
+
+def states(discover: bool = True) -> dict[str, AdapterState]:
+    """The state of every adapter seen: loaded, skipped (requirements), disabled (by name) or failed.
+    Discovers the installed adapters first, unless ``discover`` is false."""
+    if discover:
+        get_manager()
+    return dict(_states)
+
+
+def live_names() -> frozenset[str]:
+    """Adapters whose libraries are imported in this process (and those registered directly)."""
+    return frozenset(n for n, s in _states.items() if s.status == "loaded" and s.live())
+
+
+def generation() -> int:
+    """A number that changes whenever the set of registered adapters does."""
+    return _generation
+
+
+def forget() -> None:
+    """Drop the manager and every adapter's state, so the next use rediscovers (see ``activation.reset``)."""
+    global _manager, _generation
+    with lock:
+        _manager = None
+        _states.clear()
+        _generation += 1

@@ -1,0 +1,152 @@
+"""The hook contract: every hook declared in hookspecs is called by the core during a real load (datasette's
+guard: a hook nothing calls is dead, a hook no test reaches is untested), and impl options that Overmind's
+per-adapter calls cannot honour are refused when the adapter registers."""
+from __future__ import annotations
+
+import contextlib
+import warnings
+from importlib import metadata
+
+import pytest
+
+import overmind
+from overmind import activation, adapters, hooks
+from overmind.adapters import AdapterError
+from overmind.fallback import OvermindWarning
+from overmind.hookspecs import SPECS, Kind, When
+from overmind.testing import overmind_mapped
+
+
+@pytest.fixture(autouse=True)
+def only_test_adapters(monkeypatch):
+    names = {ep.name for ep in metadata.entry_points(group=adapters.GROUP)}
+    monkeypatch.setenv("OVERMIND_DISABLED_ADAPTERS", ",".join(sorted(names)))
+    activation.reset()
+    yield
+    activation.reset()
+
+
+class Token:
+    """A value the core cannot key by itself once an adapter claims it."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+def make_pair(x, token):
+    import torch
+
+    return {"x": x, "weight": torch.arange(4.0), "token": token}
+
+
+class Recorder:
+    """An adapter implementing every hook, recording each call (and changing nothing)."""
+
+    def __init__(self) -> None:
+        self.called: dict[str, int] = {}
+
+    def _saw(self, name: str) -> None:
+        self.called[name] = self.called.get(name, 0) + 1
+
+    @overmind.hookimpl
+    def overmind_patch_targets(self):
+        self._saw("overmind_patch_targets")
+        return []
+
+    @overmind.hookimpl
+    def overmind_reducers(self):
+        self._saw("overmind_reducers")
+        return {}
+
+    @overmind.hookimpl
+    def overmind_prepare_result(self, result, loader):
+        self._saw("overmind_prepare_result")
+        return contextlib.nullcontext()
+
+    @overmind.hookimpl
+    def overmind_entry_metadata(self, result, loader):
+        self._saw("overmind_entry_metadata")
+        return {"recorder": loader.name}
+
+    @overmind.hookimpl
+    def overmind_before_unpickle(self, metadata):
+        self._saw("overmind_before_unpickle")
+        assert metadata["recorder"].endswith("make_pair")
+
+    @overmind.hookimpl
+    def overmind_after_unpickle(self, result, metadata):
+        self._saw("overmind_after_unpickle")
+
+    @overmind.hookimpl
+    def overmind_key_for_value(self, value):
+        if isinstance(value, Token):
+            self._saw("overmind_key_for_value")
+            return ("Token", value.n)
+
+    @overmind.hookimpl
+    def overmind_key_parts(self, loader, arguments):
+        self._saw("overmind_key_parts")
+        return ["recorded"]
+
+
+def test_every_hook_in_the_specs_is_called_by_a_load(overmind_runtime, monkeypatch):
+    monkeypatch.setenv("OVERMIND_STRICT", "1")
+    assert {n for n in dir(Recorder) if n.startswith("overmind_")} == set(SPECS)  # a new hook needs a row here
+    recorder = Recorder()
+    adapters.register_adapter("recorder", recorder)
+    activation.activate(strict=True)
+    first = overmind.load(make_pair, 1, token=Token(2))
+    second = overmind.load(make_pair, 1, token=Token(2))
+    assert overmind_mapped(first["weight"].data_ptr()) and overmind_mapped(second["weight"].data_ptr())
+    assert set(recorder.called) == set(SPECS), sorted(set(SPECS) - set(recorder.called))
+
+
+def test_every_spec_has_a_kind_and_a_when():
+    for name, spec in SPECS.items():
+        assert isinstance(spec.kind, Kind) and isinstance(spec.when, When), name
+    # the hooks that run before their library is imported (a key, an entry being unpickled): issue 11
+    assert {n for n, s in SPECS.items() if s.when is When.ALWAYS} == {
+        "overmind_key_for_value", "overmind_key_parts", "overmind_before_unpickle", "overmind_after_unpickle"}
+
+
+def test_a_live_only_hook_waits_for_the_adapters_library(monkeypatch):
+    class Late:
+        @overmind.hookimpl
+        def overmind_entry_metadata(self, result, loader):
+            return {"late": True}
+
+        @overmind.hookimpl
+        def overmind_key_parts(self, loader, arguments):
+            return ["late"]
+
+    state = adapters.register_adapter("late", Late())
+    state.modules = (("overmind_no_such_library",),)  # as if its library were not imported yet
+    assert hooks.entry_metadata(object(), None) == {}
+    assert hooks.key_parts(None, {}) == [["late"]]  # key hooks run in every process
+
+
+@pytest.mark.parametrize("option", ["hookwrapper", "wrapper"])
+def test_wrapper_impls_are_refused_at_registration(option):
+    class Wrapping:
+        @overmind.hookimpl(**{option: True})
+        def overmind_key_parts(self, loader, arguments):
+            yield
+
+    with pytest.raises(AdapterError, match=rf"adapter wrapping .*overmind_key_parts.*{option}=True.*Drop {option}=True"):
+        adapters.register_adapter("wrapping", Wrapping())
+    assert adapters.get_manager().get_plugin("wrapping") is None
+    assert hooks.key_parts(None, {}) == []
+
+
+def test_a_failing_hook_is_named_and_skipped():
+    class Broken:
+        @overmind.hookimpl
+        def overmind_key_for_value(self, value):
+            raise RuntimeError("boom")
+
+    adapters.register_adapter("broken", Broken())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert hooks.key_for_value(Token(1)) is None
+    [w] = [w for w in caught if issubclass(w.category, OvermindWarning)]
+    assert "adapter broken failed in overmind_key_for_value" in str(w.message)

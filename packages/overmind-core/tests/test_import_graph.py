@@ -1,0 +1,103 @@
+"""The modules of ``overmind`` import each other without a cycle (issue 11): read from their source with
+``ast``, counting the imports that run when a module is imported, not those under ``if TYPE_CHECKING:`` (type
+only) nor those inside functions (they run on first use, when every module is complete)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import overmind
+
+ROOT = Path(overmind.__file__).parent
+
+
+def module_name(path: Path) -> str:
+    parts = ("overmind",) + path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in ROOT.rglob("*.py")}
+
+
+def is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def import_time_statements(body: list[ast.stmt]):
+    """Import statements a module runs when imported: its body, and the blocks of its top-level ifs, trys
+    and withs, but not ``if TYPE_CHECKING:`` nor any function or class body's functions."""
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, ast.If):
+            if not is_type_checking(node.test):
+                yield from import_time_statements(node.body)
+            yield from import_time_statements(node.orelse)
+        elif isinstance(node, ast.Try):
+            for block in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
+                yield from import_time_statements(block)
+        elif isinstance(node, (ast.With, ast.ClassDef)):
+            yield from import_time_statements(node.body)
+
+
+def imports_of(name: str) -> set[str]:
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in import_time_statements(ast.parse(path.read_text()).body):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        else:
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            # `from pkg import sub` imports the submodule; `from mod import name` imports the module
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+        found |= {t for t in targets if t in MODULES and t != name}
+    return found
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1 = on the path, 2 = done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                cycle = visit(nxt)
+                if cycle:
+                    return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_the_reader_sees_the_imports():
+    assert "overmind.hooks" in imports_of("overmind.api")
+    assert "overmind.errors" in imports_of("overmind.patching")
+    assert "overmind.key" not in imports_of("overmind.hookspecs")  # under TYPE_CHECKING only
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_no_import_cycle_in_overmind():
+    graph = {name: imports_of(name) for name in MODULES}
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_patching_knows_nothing_of_the_load_path():
+    assert imports_of("overmind.patching") <= {"overmind.errors"}
+    assert "import api" not in MODULES["overmind.patching"].read_text()
