@@ -29,6 +29,7 @@ from functools import lru_cache
 from importlib import metadata
 from typing import Any, Iterable, NamedTuple
 
+from .errors import OvermindError
 from .hookspecs import hookimpl
 from .key import Unkeyable as Uncacheable
 from .patching import PatchTarget
@@ -39,7 +40,7 @@ __all__ = ["hookimpl", "PatchTarget", "Spec", "resolve", "resolve_roots", "colle
 
 # --- what an adapter says when it cannot do its job ------------------------------------------------------
 
-class NotCacheable(RuntimeError):
+class NotCacheable(OvermindError, RuntimeError):
     """The loaded object cannot be cached; the message says why and what to do (the user keeps the object)."""
 
     has_fix = True  # the core adds no generic advice after this message

@@ -26,6 +26,8 @@ from typing import Any, Iterable
 
 import torch
 
+from .errors import OvermindError
+
 MAX_DEPTH = 8  # container nesting searched below an argument
 MAX_OBJECTS = 10_000  # objects indexed per call: beyond this, later ones are pickled as before (copies)
 
@@ -37,7 +39,7 @@ _KEY_TYPES = (str, int)  # dict keys a path can name (JSON-safe, for the entry's
 Path = tuple  # ("vae",) or ("controlnet", 0): the argument's name, then indexes and keys
 
 
-class ArgumentMismatch(pickle.UnpicklingError):
+class ArgumentMismatch(OvermindError, pickle.UnpicklingError):
     """The entry refers to an argument that this call does not pass in the same shape (the key let it through)."""
 
 

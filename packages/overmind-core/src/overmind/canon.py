@@ -34,6 +34,7 @@ import types
 from typing import Any, Callable
 
 from . import code_identity, fingerprint, provenance
+from .errors import OvermindError
 
 MAX_DEPTH = 64
 MAX_NODES = 200_000
@@ -41,7 +42,7 @@ MAX_FUNCTIONS = 2_000
 MAX_TENSOR_BYTES = 256 << 20  # all tensors of one key together; larger tensors are not keyed by content
 
 
-class Unkeyable(Exception):
+class Unkeyable(OvermindError):
     """An argument (or the loader) cannot be turned into a stable key; the message says which and why."""
 
 

@@ -1,4 +1,11 @@
-"""Exceptions shared by the client, the server launcher and the CLI.
+"""The root of Overmind's exceptions, and those shared by the client, the server launcher and the CLI.
+
+Every exception Overmind raises on purpose derives from :class:`OvermindError` (``except OvermindError``
+catches them all); one that also means a builtin category keeps it as a second base (``PatchError`` is a
+``RuntimeError`` too). The others live beside what raises them: ``Unkeyable`` (canon), ``PicklingFailed``
+(pickling), ``PatchError`` (patching), ``AdapterError`` (adapters), ``CacheBypassed`` (fallback),
+``LayoutError`` (shm.layout), ``ArgumentMismatch`` (arguments_ref), ``ExtensionUnavailable`` (zerocopy),
+``StoreError`` and ``NotSealed`` (server).
 
 Every message says what happened, why, and what to do, because these reach the user's terminal through
 ``overmind.load`` warnings and the ``overmind`` command.

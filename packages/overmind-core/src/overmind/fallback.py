@@ -12,7 +12,7 @@ import os
 import threading
 import warnings
 
-from .errors import ServerError
+from .errors import OvermindError, ServerError
 
 log = logging.getLogger("overmind")
 _local = threading.local()
@@ -22,7 +22,7 @@ class OvermindWarning(UserWarning):
     """Overmind could not serve or publish a load; the plain loader's result was returned instead."""
 
 
-class CacheBypassed(RuntimeError):
+class CacheBypassed(OvermindError, RuntimeError):
     """Raised instead of :class:`OvermindWarning` when ``OVERMIND_STRICT=1``."""
 
 

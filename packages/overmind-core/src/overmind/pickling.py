@@ -26,6 +26,7 @@ import dill
 import torch
 
 from . import arguments_ref, deepstack, resources
+from .errors import OvermindError
 from .shm.placer import Placer
 
 _MISSING = object()
@@ -167,7 +168,7 @@ def _dumps(obj: Any, reducer_table: _Reducers, reference_mapped: bool,
     raise AssertionError("unreachable")
 
 
-class PicklingFailed(Exception):
+class PicklingFailed(OvermindError):
     """Neither pickle nor dill could pickle the result; the message names the object and both errors."""
 
     has_fix = True  # the message says what to do (a reducer); the fallback adds no advice of its own

@@ -38,6 +38,8 @@ from typing import Any
 
 import torch
 
+from .errors import OvermindError
+
 __all__ = [
     "storage_from_buffer",
     "script_module_from_storage",
@@ -53,7 +55,7 @@ ENV = "OVERMIND_ZEROCOPY"
 _PACKAGE_PICKLE = re.compile(r"^\.data/ts_code/(?!code/)([^/]+)/data\.pkl$")
 
 
-class ExtensionUnavailable(ImportError):
+class ExtensionUnavailable(OvermindError, ImportError):
     """``OVERMIND_ZEROCOPY=c`` asked for the compiled extension, and it does not import."""
 
 

@@ -22,12 +22,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import OvermindError
 from . import sealing
 
 log = logging.getLogger("overmind.server")
 
 
-class StoreError(Exception):
+class StoreError(OvermindError):
     """A request the store refuses; ``reason`` is the short code sent to the client."""
 
     def __init__(self, reason: str, message: str) -> None:

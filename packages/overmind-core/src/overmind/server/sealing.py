@@ -5,10 +5,11 @@ import errno
 import fcntl
 import os
 
+from ..errors import OvermindError
 from ..shm import seals
 
 
-class NotSealed(ValueError):
+class NotSealed(OvermindError, ValueError):
     """The fd is not a memfd, or lacks one of the required seals (``shm.seals.REQUIRED``)."""
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from ..errors import OvermindError
+
 MAGIC = b"OVMD0001"
 HEADER = struct.Struct("<8sQQQQ")
 HEADER_SIZE = 64
@@ -22,7 +24,7 @@ def align(n: int, to: int) -> int:
     return (n + to - 1) // to * to
 
 
-class LayoutError(ValueError):
+class LayoutError(OvermindError, ValueError):
     """The memfd does not hold a well-formed entry (truncated, foreign or from another format version)."""
 
 

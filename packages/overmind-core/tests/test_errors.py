@@ -1,0 +1,44 @@
+"""One exception tree (issue 11.7): every exception class the core defines derives from ``OvermindError``,
+so ``except OvermindError`` catches whatever Overmind raises on purpose."""
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import overmind
+from overmind.errors import OvermindError
+
+# The transport's exceptions are caught by class in client.py, after an `except OvermindError: raise` that
+# would swallow them if they were OvermindErrors; they join the tree once those handlers are reordered.
+NOT_YET = {"overmind.protocol.ConnectionClosed", "overmind.protocol.FrameError",
+           "overmind.transport.ReplyTimeout", "overmind.transport.TransportError"}
+
+
+def core_exceptions() -> dict[str, type]:
+    found = {}
+    for info in pkgutil.walk_packages(overmind.__path__, "overmind."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for name, obj in vars(module).items():
+            if (inspect.isclass(obj) and issubclass(obj, BaseException) and not issubclass(obj, Warning)
+                    and obj.__module__ == info.name and not name.startswith("_")):
+                found[f"{info.name}.{name}"] = obj
+    return found
+
+
+def test_every_exception_of_the_core_is_an_overmind_error():
+    found = core_exceptions()
+    assert {"overmind.canon.Unkeyable", "overmind.pickling.PicklingFailed", "overmind.patching.PatchError"} <= set(found)
+    outside = sorted(n for n, cls in found.items() if not issubclass(cls, OvermindError) and n not in NOT_YET)
+    assert not outside, f"not under OvermindError: {outside}"
+
+
+def test_builtin_categories_are_kept():
+    from overmind.fallback import CacheBypassed
+    from overmind.patching import PatchError
+    from overmind.shm.layout import LayoutError
+
+    assert issubclass(CacheBypassed, RuntimeError) and issubclass(PatchError, RuntimeError)
+    assert issubclass(LayoutError, ValueError)
