@@ -188,6 +188,10 @@ class Walk:
         if d is not None:
             if not isinstance(d, dict):
                 raise Unkeyable(f"{_qualname(t)}.__dict__ is a {type(d).__name__}, not a dict")
+            # Attributes by name: the order they were set in depends on the code path that built the object
+            # (a tokenizer loaded for the first time sets them in another order), not on what it is.
+            if all(type(k) is str for k in d):
+                d = dict(sorted(d.items()))
             state.append(("dict", self._items(d, depth)))
         for cls in t.__mro__:
             for slot in _slots_of(cls):
