@@ -23,7 +23,6 @@ from .errors import OvermindError, ServerError
 
 log = logging.getLogger("overmind")
 _local = threading.local()
-DEFAULT_WAIT_S = 900.0
 NESTED_WAIT_S = 60.0  # a nested load waits less: two processes waiting on each other's claims must not hang
 
 

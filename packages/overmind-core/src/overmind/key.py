@@ -21,13 +21,10 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import provenance
 from .canon import Unkeyable, Walk, canon
-from .fingerprint import MAX_FINGERPRINT_FILES, fingerprint
 
 KEY_VERSION = 2
-__all__ = ["Unkeyable", "Loader", "CacheKey", "describe_loader", "bind_arguments", "make_key", "canon",
-           "fingerprint", "summarize", "origin_of", "remember_origin", "MAX_FINGERPRINT_FILES"]
+__all__ = ["Unkeyable", "Loader", "CacheKey", "describe_loader", "bind_arguments", "make_key", "canon", "summarize"]
 
 
 @dataclass(frozen=True)
@@ -114,17 +111,6 @@ def bind_arguments(loader: Loader, args: tuple, kwargs: dict) -> dict[str, Any]:
         else:
             out[name] = value
     return out
-
-
-# --- provenance ------------------------------------------------------------------------------
-
-
-def remember_origin(obj: Any, key: str, pristine: Callable[[Any], bool] | None = None) -> None:
-    """Record that ``obj`` was just rebuilt from the entry with ``key`` (see :mod:`overmind.provenance`)."""
-    provenance.remember_origin(obj, key)
-
-
-origin_of = provenance.origin_of
 
 
 # --- the key -------------------------------------------------------------------------------------

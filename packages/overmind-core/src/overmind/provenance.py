@@ -121,12 +121,6 @@ def _forget(ident: int, ref) -> None:
             del _origins[ident]
 
 
-def forget(obj: Any) -> None:
-    """Stop treating ``obj`` as an entry's object (e.g. after its entry was found corrupt)."""
-    with _lock:
-        _origins.pop(id(obj), None)
-
-
 def origin_of(obj: Any) -> str | None:
     """The key of the entry ``obj`` still provably is, else ``None`` (then it is keyed by content)."""
     with _lock:
@@ -142,9 +136,4 @@ def origin_of(obj: Any) -> str | None:
     return key
 
 
-def tracked_count() -> int:
-    with _lock:
-        return len(_origins)
-
-
-__all__ = ["remember_origin", "origin_of", "forget", "snapshot", "tracked_count"]
+__all__ = ["remember_origin", "origin_of", "snapshot"]
