@@ -18,7 +18,7 @@ import os
 import threading
 from typing import Any, Callable
 
-from . import arguments_ref, entry, fallback, hooks, key
+from . import arguments_ref, collector, entry, fallback, hooks, key
 from .errors import OvermindError, ServerError
 
 log = logging.getLogger("overmind")
@@ -38,10 +38,11 @@ def load(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
     if fallback.disabled():
         return fn(*args, **kwargs)
     try:
-        loader = key.describe_loader(fn)
-        arguments = key.bind_arguments(loader, args, kwargs)
-        extra = hooks.key_parts(loader, arguments)
-        cache_key = key.make_key(loader, arguments, extra, _value_hook)
+        with collector.paused():  # the key walks the arguments: no collection over the heap meanwhile
+            loader = key.describe_loader(fn)
+            arguments = key.bind_arguments(loader, args, kwargs)
+            extra = hooks.key_parts(loader, arguments)
+            cache_key = key.make_key(loader, arguments, extra, _value_hook)
     except key.Unkeyable as e:
         log.debug("overmind: not caching %r: %s", fn, e)
         return fn(*args, **kwargs)

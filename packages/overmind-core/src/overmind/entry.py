@@ -13,12 +13,11 @@ call was given as the caller's own (``pipe.vae is vae``, see :mod:`.arguments_re
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import arguments_ref, hooks, pickling, provenance
+from . import arguments_ref, collector, hooks, pickling, provenance
 from .shm import reader, writer
 
 if TYPE_CHECKING:
@@ -44,8 +43,9 @@ def encode(result: Any, loader: "Loader", summary: str, arguments: dict | None =
     refusal, which says why, comes first) and before anything is written; what it raises propagates.
     Raises :class:`~overmind.pickling.PicklingFailed` for a result that cannot be pickled.
     """
-    adapters_meta = hooks.entry_metadata(result, loader)
-    pickled = _pickle(result, loader, reference_mapped, arguments)
+    with collector.paused():  # no collection over the user's heap inside a load (see collector.py)
+        adapters_meta = hooks.entry_metadata(result, loader)
+        pickled = _pickle(result, loader, reference_mapped, arguments)
     if before_write is not None:
         before_write()
     meta = {"loader": loader.name, "summary": summary, "pickler": pickled.pickler, "pid": os.getpid(),
@@ -69,8 +69,14 @@ def decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None = 
 
     ``arguments`` are this call's bound arguments: where the entry records an argument, the result gets this
     caller's object; one that does not fit raises :class:`~overmind.arguments_ref.ArgumentMismatch`. The
-    object is remembered as coming from ``entry["key"]`` (see :mod:`.provenance`).
+    object is remembered as coming from ``entry["key"]`` (see :mod:`.provenance`). The collector is paused
+    throughout: the skeleton is a large graph of new objects, and a collection over it finds nothing to free.
     """
+    with collector.paused():
+        return _decode(entry, fds, arguments)
+
+
+def _decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None) -> Any:
     try:
         maps = {entry_id: reader.EntryMapping(entry_id, fd) for entry_id, fd in fds.items()}
     finally:
@@ -84,15 +90,8 @@ def decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None = 
     def storage_source(where, offset, nbytes):
         return (own if where is None else maps[where]).storage(offset, nbytes)
 
-    # The skeleton is a large graph of new objects: the collector's passes over it find nothing to free.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        obj = pickling.loads(own.skeleton(), storage_source, meta.get("pickler", "pickle"), arguments,
-                             meta.get("argument_aliases") or ())
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    obj = pickling.loads(own.skeleton(), storage_source, meta.get("pickler", "pickle"), arguments,
+                         meta.get("argument_aliases") or ())
     obj = hooks.after_unpickle(obj, adapters_meta)
     if arguments_ref.ArgumentIndex(arguments).path_of(obj) is None:
         provenance.remember_origin(obj, entry["key"])  # (an argument returned as it was keeps its own origin)
