@@ -59,7 +59,9 @@ _generation = 0  # changes whenever an adapter is registered or forgotten: cache
 
 
 def disabled_names() -> set[str]:
-    return {n.strip() for n in os.environ.get("OVERMIND_DISABLED_ADAPTERS", "").split(",") if n.strip()}
+    from .settings import current
+
+    return set(current().disabled_adapters)
 
 
 def unmet_requirements(dist: metadata.Distribution | None) -> list[str]:

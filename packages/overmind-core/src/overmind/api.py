@@ -35,6 +35,11 @@ def _loading_stack() -> list[str]:
 
 def load(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
     """Return ``fn(*args, **kwargs)``, through the cache when possible. See :func:`overmind.load`."""
+    with fallback.user_call():  # one user call (its nested loads included) warns once
+        return _load(fn, *args, **kwargs)
+
+
+def _load(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
     if fallback.disabled():
         return fn(*args, **kwargs)
     try:
@@ -72,7 +77,7 @@ def _value_hook(value: Any) -> Any:
 
 
 def _wait_timeout(nested: bool) -> float:
-    # A bad OVERMIND_WAIT_TIMEOUT is a SettingError (an OvermindError): read inside the fallback (issue 10.10).
+    # A bad OVERMIND_WAIT_TIMEOUT warns once (overmind.settings) and reads as the default.
     from .timeouts import wait_timeout
 
     total = wait_timeout()
@@ -91,8 +96,8 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         client = get_client()
         res = client.get(ck.key, claim=True, wait=True, timeout=wait_s)
     except OvermindError as e:
-        fallback.step_aside(f"overmind: the server is unavailable ({e}); loaded {loader.name} without the cache. "
-                            f"Run 'overmind doctor'.", e)
+        fallback.step_aside(f"overmind: the server is unavailable ({fallback.brief(e)}); loaded {loader.name} "
+                            f"without the cache. Run 'overmind doctor'.", e)
         return fn(*args, **kwargs)
     if res.status == "hit":
         try:

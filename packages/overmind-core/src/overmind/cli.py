@@ -23,6 +23,11 @@ from .errors import OvermindError, ServerUnavailable
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script; returns the exit status."""
+    from .runner.commands import cmd_run, split_run
+
+    run = split_run(list(sys.argv[1:] if argv is None else argv))
+    if run is not None:  # 'run' takes the rest of the line verbatim: the program's own options
+        return cmd_run(*run)
     args = _parser().parse_args(argv)
     if args.command is None:
         _parser().print_help()
@@ -44,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the server in the foreground (it normally starts on demand)")
     serve.add_argument("--max-bytes", help="memory budget, e.g. 8G (default: $OVERMIND_MAX_BYTES or half of RAM)")
+    serve.add_argument("--no-template", action="store_true", help="do not start the 'overmind run' template")
     serve.set_defaults(func=cmd_serve)
 
     status = sub.add_parser("status", help="show the server's pid, uptime, entries, memory and clients")
@@ -65,7 +71,12 @@ def _parser() -> argparse.ArgumentParser:
 
     doctor = sub.add_parser("doctor", help="check that this machine can run Overmind, and what to fix")
     doctor.add_argument("--brief", action="store_true", help="one line per check")
+    doctor.add_argument("--json", action="store_true", help="print the checks and the settings as JSON")
     doctor.set_defaults(func=cmd_doctor)
+
+    from .runner.commands import add_parser as add_run_parser
+
+    add_run_parser(sub)
     return parser
 
 
@@ -79,11 +90,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         argv += ["--runtime-dir", args.runtime_dir]
     if args.max_bytes:
         argv += ["--max-bytes", args.max_bytes]
+    from .runner.commands import start_template_for_serve
+
+    start_template_for_serve(args)
     return server_main(argv)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    return _ask_and_print(args, lambda client: client.status(), _print_status)
+    from .runner.commands import print_templates
+
+    code = _ask_and_print(args, lambda client: client.status(), _print_status)
+    print_templates(args)
+    return code
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -150,15 +168,19 @@ def cmd_stop(args: argparse.Namespace) -> int:
         out = Client(args.runtime_dir, autostart=False).stop()
     except ServerUnavailable:
         print("no server is running")
-        return 0
-    print(f"stopped server pid {out.get('pid')}")
+        out = None
+    if out is not None:
+        print(f"stopped server pid {out.get('pid')}")
+    from .runner.commands import stop_templates
+
+    stop_templates(args)
     return 0
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor import run_checks
 
-    return run_checks(args.runtime_dir, brief=args.brief)
+    return run_checks(args.runtime_dir, brief=args.brief, as_json=args.json)
 
 
 # ---- helpers -------------------------------------------------------------------------------------------

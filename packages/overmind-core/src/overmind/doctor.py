@@ -1,17 +1,20 @@
 """``overmind doctor``: check the machine and the setup, and say what to fix.
 
 Each check returns a ``Check`` with a state (``ok``, ``warn`` or ``fail``), one line of detail and, when
-not ok, what to do. Only failures make the command exit non-zero. The doctor never starts a server.
+not ok, what to do. Only failures make the command exit non-zero. The doctor never starts a server. After the
+checks it lists every setting (:mod:`.settings`) with its value and where the value came from.
 """
 from __future__ import annotations
 
 import fcntl
+import json
 import mmap
 import os
+import re
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
-from . import __version__, runtime
+from . import __version__, runtime, settings
 from .protocol import PROTOCOL_VERSION
 from .shm import seals as entry_seals
 
@@ -28,10 +31,21 @@ class Check:
     fix: str = ""
 
 
-def run_checks(runtime_dir: str | None = None, *, brief: bool = False) -> int:
-    """Run every check and print the results; returns 1 if any failed, else 0."""
-    checks = [check_memfd(), check_runtime_dir(runtime_dir), check_budget(), check_server(runtime_dir),
-              check_zerocopy(), *check_adapters()]
+def all_checks(runtime_dir: str | None = None) -> list[Check]:
+    """Every check's outcome, in the order the report prints them."""
+    with settings.quiet():  # a bad setting is a check here, not a warning
+        return [check_memfd(), check_runtime_dir(runtime_dir), check_budget(), *check_settings(),
+                check_server(runtime_dir), check_zerocopy(), *check_adapters()]
+
+
+def run_checks(runtime_dir: str | None = None, *, brief: bool = False, as_json: bool = False) -> int:
+    """Run every check and print the results (and the settings); returns 1 if any failed, else 0."""
+    checks = all_checks(runtime_dir)
+    failed = [c.name for c in checks if c.state == FAIL]
+    if as_json:
+        print(json.dumps({"ok": not failed, "checks": [asdict(c) for c in checks], "settings": settings.describe(),
+                          "version": __version__}, indent=2))
+        return 1 if failed else 0
     width = max(len(c.name) for c in checks)
     for c in checks:
         if brief:
@@ -41,10 +55,26 @@ def run_checks(runtime_dir: str | None = None, *, brief: bool = False) -> int:
             print(f"[{c.state}] {c.name}: {c.detail}")
             if c.fix:
                 print(f"       fix: {c.fix}")
-    failed = [c.name for c in checks if c.state == FAIL]
     if not brief:
         print("all checks passed" if not failed else f"{len(failed)} check(s) failed: {', '.join(failed)}")
+        print_settings()
     return 1 if failed else 0
+
+
+def print_settings() -> None:
+    """The settings table: name, value, source (env or default)."""
+    rows = settings.describe()
+    table = [("SETTING", "VALUE", "SOURCE")] + [(r["name"], r["value"], r["source"]) for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(2)]
+    print()
+    for name, value, source in table:
+        print(f"{name.ljust(widths[0])}  {value.ljust(widths[1])}  {source}")
+
+
+def check_settings() -> list[Check]:
+    """One warning per refused setting (each reads as its default)."""
+    return [Check("setting", WARN, p.sentence().removeprefix("overmind: "), f"fix or unset {p.name}")
+            for p in settings.problems()]
 
 
 def check_memfd() -> Check:
@@ -91,14 +121,11 @@ def check_runtime_dir(path: str | None) -> Check:
 
 
 def check_budget() -> Check:
-    """``OVERMIND_MAX_BYTES`` parses (a bad value would stop the server from starting)."""
+    """The memory budget a server started now would have (``OVERMIND_MAX_BYTES`` or half of RAM)."""
     from .server.budget import ENV_MAX_BYTES, max_bytes_from_env
 
-    try:
-        budget = max_bytes_from_env()
-    except ValueError as exc:
-        return Check("budget", FAIL, str(exc), f"fix or unset {ENV_MAX_BYTES}")
-    source = ENV_MAX_BYTES if os.environ.get(ENV_MAX_BYTES) else "half of RAM"
+    budget = max_bytes_from_env()
+    source = ENV_MAX_BYTES if settings.current().sources.get(ENV_MAX_BYTES) == "env" else "half of RAM"
     return Check("budget", OK, f"{budget / (1 << 30):.1f} GiB ({source})")
 
 
@@ -108,9 +135,6 @@ def check_server(path: str | None) -> Check:
     from .launcher import accepts
 
     name = "server"
-    bad_setting = _settings_problem()
-    if bad_setting:
-        return Check(name, FAIL, bad_setting, "overmind.load runs uncached until it is fixed")
     try:
         client = Client(path, autostart=False)
     except Exception as exc:  # noqa: BLE001
@@ -138,18 +162,6 @@ def check_server(path: str | None) -> Check:
                      "run 'overmind stop' when convenient so the new version serves")
     return Check(name, OK, f"pid {st['pid']}, protocol {PROTOCOL_VERSION}, overmind {__version__}, "
                            f"{st['entries']} entries")
-
-
-def _settings_problem() -> str | None:
-    """The first Overmind timeout setting that does not parse (each would make loads run uncached)."""
-    from . import timeouts
-
-    for name in timeouts.DEFAULTS:
-        try:
-            timeouts.seconds(name)
-        except timeouts.SettingError as exc:
-            return str(exc).removeprefix("overmind: ")
-    return None
 
 
 def _start_problem() -> str | None:
@@ -207,5 +219,15 @@ def check_adapters() -> list[Check]:
         elif st.status == "failed":
             checks.append(Check(label, WARN, st.reason, f"reinstall {st.dist} or set OVERMIND_DISABLED_ADAPTERS={name}"))
         else:
-            checks.append(Check(label, OK, f"{st.dist}: {st.status} ({st.reason})"))
+            checks.append(Check(label, OK, f"{st.dist}: {st.status} ({_plain_reason(name, st.reason)})"))
     return checks or [Check("adapters", OK, "none installed")]
+
+
+_MARKER = re.compile(r"""\s*;\s*extra\s*==\s*["'][^"']*["']""")
+
+
+def _plain_reason(name: str, reason: str) -> str:
+    """An adapter state's reason without what the doctor's line already says (``overmind: adapter X skipped:``)
+    and without the requirement's raw environment marker (``; extra == "instruments"``)."""
+    text = re.sub(rf"^overmind:\s*adapter {re.escape(name)}\s*(skipped|disabled)?:?\s*", "", reason.strip())
+    return _MARKER.sub("", text).rstrip(".")

@@ -1,16 +1,25 @@
 """How Overmind steps aside: one warning naming the cause and the fix, or an exception in strict mode.
 
 ``OVERMIND_STRICT=1`` turns every fallback into an error (tests, debugging); ``OVERMIND_DISABLE=1`` makes
-``load`` a plain call. One user call warns once: a load nested in another (a pipeline loading its
-components) that could not be cached warns, and the outer load failing for the same cause does not warn again
-(:class:`LoaderRun`).
+``load`` a plain call (both read through :mod:`.settings`, so ``yes``/``true``/``on`` work too).
+
+One user call warns once: everything a patched ``from_pretrained`` does, the loads nested in it included (a
+pipeline loading its components, an Auto class calling the concrete class), is one :func:`user_call`; its
+first fallback warns, the later ones go to the ``overmind`` logger. A load nested in another that could not
+be cached warns, and the outer load failing for the same cause does not warn again (:class:`LoaderRun`).
+
+Every warning points at the user's own line (:func:`warn_at_user_line`): the first frame outside Overmind,
+its adapters and the libraries they patched, so ``python -W error`` and warning filters by module work as
+they do for the library's own warnings.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
-import os
+import sys
 import threading
 import warnings
+from typing import Iterator
 
 from .errors import OvermindError, ServerError
 
@@ -27,18 +36,87 @@ class CacheBypassed(OvermindError, RuntimeError):
 
 
 def strict() -> bool:
-    return os.environ.get("OVERMIND_STRICT") == "1"
+    from .settings import current
+
+    return current().strict
 
 
 def disabled() -> bool:
-    return os.environ.get("OVERMIND_DISABLE") == "1"
+    from .settings import current
+
+    return current().disable
+
+
+@contextlib.contextmanager
+def user_call() -> Iterator[None]:
+    """The extent of one call of the user's into Overmind (nested loads included): it warns at most once."""
+    depth = getattr(_local, "depth", 0)
+    if depth == 0:
+        _local.warned = False
+    _local.depth = depth + 1
+    try:
+        yield
+    finally:
+        _local.depth = depth
 
 
 def step_aside(message: str, cause: BaseException | None = None, stacklevel: int = 3) -> None:
-    """Warn once for this load (or raise under ``OVERMIND_STRICT=1``)."""
+    """Warn once for this user call (or raise under ``OVERMIND_STRICT=1``); ``stacklevel`` is ignored: the
+    warning points at the user's line (:func:`warn_at_user_line`)."""
     if strict():
         raise CacheBypassed(message) from cause
-    warnings.warn(OvermindWarning(message), stacklevel=stacklevel)
+    if getattr(_local, "depth", 0) and getattr(_local, "warned", False):
+        log.info("%s (this call already warned once)", message)
+        return
+    _local.warned = True
+    warn_at_user_line(OvermindWarning(message))
+
+
+def brief(e: BaseException) -> str:
+    """``e``'s first line without the ``overmind:`` prefix, for a one-line warning that quotes it."""
+    text = str(e).strip()
+    return (text.splitlines() or [""])[0].removeprefix("overmind: ")
+
+
+def warn_at_user_line(warning: Warning) -> None:
+    """``warnings.warn(warning)`` attributed to the first frame outside Overmind, its adapters and the
+    libraries they patched (the user's own line), whatever the depth of the call."""
+    internal = _internal_packages()
+    frame = sys._getframe(1)
+    while frame.f_back is not None and _top_package(frame) in internal:
+        frame = frame.f_back
+    g = frame.f_globals
+    warnings.warn_explicit(warning, type(warning), frame.f_code.co_filename, frame.f_lineno,
+                           module=g.get("__name__", "<unknown>"), registry=g.setdefault("__warningregistry__", {}))
+
+
+# Packages whose frames are never the user's: ours, the standard library's machinery between a call and its
+# callee, and (added at run time) the libraries whose loaders are patched.
+_ALWAYS_INTERNAL = frozenset({"overmind", "importlib", "<frozen importlib", "contextlib", "functools", "pluggy",
+                              "threading", "concurrent"})
+
+
+def _top_package(frame) -> str:
+    name = frame.f_globals.get("__name__") or ""
+    if not name or name == "__main__":
+        filename = frame.f_code.co_filename
+        return "<frozen importlib" if filename.startswith("<frozen importlib") else name
+    top = name.partition(".")[0]
+    return "overmind" if top.startswith("overmind_") else top
+
+
+def _internal_packages() -> frozenset:
+    try:
+        from .patching import patched_targets
+
+        patched = {_module_of(t.owner).partition(".")[0] for t in patched_targets()}
+    except Exception:  # noqa: BLE001 - attribution must never break a warning
+        patched = set()
+    return _ALWAYS_INTERNAL | {p for p in patched if p and not p.startswith("__main__")}
+
+
+def _module_of(owner) -> str:
+    return getattr(owner, "__module__", None) or getattr(owner, "__name__", "") or ""
 
 
 def fix_for(e: BaseException) -> str:
@@ -78,6 +156,5 @@ class LoaderRun:
             log.debug("overmind: not caching %s either: %s", name, cause)
             return
         self._causes.add(type(cause))
-        # stacklevel 4: the warning points where the user's call entered Overmind, as every other fallback.
         step_aside(f"overmind: could not cache {name} ({type(cause).__name__}: {cause}); returned the plain "
-                   f"result.{fix_for(cause)}", cause, stacklevel=4)
+                   f"result.{fix_for(cause)}", cause)

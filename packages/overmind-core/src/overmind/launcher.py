@@ -60,10 +60,7 @@ def ensure_server(runtime_dir: str | None = None, timeout: float | None = None) 
     if accepts(path):
         return path
     if timeout is None:
-        try:
-            timeout = timeouts.start_timeout()
-        except timeouts.SettingError as exc:
-            raise ServerUnavailable(str(exc)) from None
+        timeout = timeouts.start_timeout()
     deadline = time.monotonic() + timeout
     lock_fd = _open_private(runtime.spawn_lock_path(directory), os.O_RDWR)
     try:
@@ -132,8 +129,11 @@ def server_command(directory: str) -> list[str]:
 def server_env() -> dict[str, str]:
     """The server's environment: this one, with this overmind first on its path (the server must import
     the same overmind as this client, even one found via sys.path tweaks rather than installed into
-    sys.executable's environment)."""
-    env = dict(os.environ)
+    sys.executable's environment). A setting the client refused (and warned about) is left out, so the server
+    uses its default as the client does, instead of failing to start on it."""
+    from .settings import clean_env
+
+    env = clean_env(os.environ)
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the folder holding overmind/
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     return env
@@ -154,11 +154,7 @@ def interpreter_problem() -> str | None:
 def preflight(runtime_dir: str | None = None) -> list[str]:
     """What would stop ``ensure_server`` from starting a server in ``runtime_dir``, one sentence each (empty
     when nothing would). Creates the lock and log files, as a start would; starts nothing."""
-    problems = []
-    try:
-        timeouts.start_timeout()
-    except timeouts.SettingError as exc:
-        problems.append(str(exc).removeprefix("overmind: "))
+    problems: list[str] = []
     directory = runtime.runtime_dir(runtime_dir)
     for path, flags in ((runtime.spawn_lock_path(directory), os.O_RDWR),
                         (runtime.server_lock_path(directory), os.O_RDONLY),

@@ -23,9 +23,11 @@ _MAX_SOCKET_PATH = 107
 
 def default_runtime_dir() -> str:
     """The runtime directory to use when none is given, without creating or checking it."""
-    explicit = os.environ.get(ENV_RUNTIME_DIR)
+    from .settings import current
+
+    explicit = current().runtime_dir
     if explicit:
-        return os.path.abspath(explicit)
+        return explicit
     xdg = os.environ.get("XDG_RUNTIME_DIR")
     if xdg and os.path.isdir(xdg):
         return os.path.join(xdg, "overmind")

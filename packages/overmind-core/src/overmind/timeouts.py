@@ -1,4 +1,4 @@
-"""The client's time limits, read from the environment: every wait of a client on the server is bounded.
+"""The client's time limits: every wait of a client on the server is bounded (values from :mod:`.settings`).
 
 * ``OVERMIND_REPLY_TIMEOUT`` (default 10 s): connect, hello and every control request (publish, release,
   status, ...). A server that does not answer within it is stopped (``kill -STOP``, Ctrl-Z on
@@ -7,48 +7,37 @@
   gives the server that long plus one reply timeout to answer.
 * ``OVERMIND_SERVER_START_TIMEOUT`` (default 15 s): how long the launcher waits for a new server.
 
-A value that is not a positive number raises :class:`SettingError` (an ``OvermindError``, so a load falls
-back with one warning naming the variable); ``overmind doctor`` reports it too.
+A value that is not a positive number gets one warning naming the variable (:mod:`.settings`) and the
+default is used; ``overmind doctor`` lists it too.
 """
 from __future__ import annotations
 
-import math
-import os
-
+from . import settings
 from .errors import OvermindError
 
 ENV_REPLY = "OVERMIND_REPLY_TIMEOUT"
 ENV_WAIT = "OVERMIND_WAIT_TIMEOUT"
 ENV_START = "OVERMIND_SERVER_START_TIMEOUT"
-DEFAULTS = {ENV_REPLY: 10.0, ENV_WAIT: 900.0, ENV_START: 15.0}
+_ATTR = {ENV_REPLY: "reply_timeout", ENV_WAIT: "wait_timeout", ENV_START: "server_start_timeout"}
+DEFAULTS = {name: next(s.default for s in settings.DECLARED if s.name == name) for name in _ATTR}
 
 
 class SettingError(OvermindError, ValueError):
-    """An Overmind environment variable holds a value Overmind cannot use."""
+    """Kept for callers that catch it; a bad setting no longer raises (it warns and uses the default)."""
 
 
 def seconds(name: str) -> float:
-    """The positive number of seconds in ``$name``, or its default when unset or empty."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return DEFAULTS[name]
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not (value > 0 and math.isfinite(value)):
-        raise SettingError(f"overmind: {name}={raw!r} is not a positive number of seconds; set it to one "
-                           f"(e.g. {name}={DEFAULTS[name]:g}) or unset it for the default.")
-    return value
+    """The positive number of seconds ``$name`` sets, or its default when unset, empty or bad."""
+    return getattr(settings.current(), _ATTR[name])
 
 
 def reply_timeout() -> float:
-    return seconds(ENV_REPLY)
+    return settings.current().reply_timeout
 
 
 def wait_timeout() -> float:
-    return seconds(ENV_WAIT)
+    return settings.current().wait_timeout
 
 
 def start_timeout() -> float:
-    return seconds(ENV_START)
+    return settings.current().server_start_timeout

@@ -172,7 +172,12 @@ def _select(name: str | None = None) -> str:
     Internal: the test suite uses it to run every test against both. Returns the active name.
     """
     global _impl, IMPLEMENTATION, _reason, _extension_path
-    requested = name if name is not None else (os.environ.get(ENV, "").strip().lower() or "auto")
+    if name is None:
+        from .settings import current, quiet
+
+        with quiet():  # selected at import: a bad value warns at the user's first load, not at an import line
+            name = current().zerocopy  # a bad value reads as "auto"
+    requested = name
     if requested not in ("c", "python", "auto"):
         raise ValueError(
             f"overmind: {ENV}={requested!r} is not a zero-copy implementation; use 'c', 'python', or unset it."

@@ -39,7 +39,6 @@ def mem_total_bytes() -> int:
 
 def max_bytes_from_env() -> int:
     """The budget: ``OVERMIND_MAX_BYTES`` if set, else half of physical memory."""
-    text = os.environ.get(ENV_MAX_BYTES)
-    if text:
-        return parse_size(text)
-    return mem_total_bytes() // 2
+    from ..settings import current
+
+    return current().max_bytes or mem_total_bytes() // 2  # a bad value warned there and reads as unset

@@ -36,18 +36,10 @@ class Limits:
     max_buffered_bytes: int = 32 << 20
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] = os.environ) -> "Limits":
-        """Defaults, with the timeouts taken from ``env`` where set (seconds, > 0)."""
-        out = {}
-        for name, field in ((ENV_HELLO_TIMEOUT, "hello_timeout"), (ENV_IDLE_TIMEOUT, "idle_timeout"),
-                            (ENV_FRAME_TIMEOUT, "frame_timeout")):
-            text = env.get(name)
-            if text:
-                try:
-                    value = float(text)
-                except ValueError:
-                    raise ValueError(f"cannot read {name}={text!r} as seconds; write e.g. {name}=30") from None
-                if value <= 0:
-                    raise ValueError(f"{name} must be more than 0 seconds, got {text!r}")
-                out[field] = value
-        return cls(**out)
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "Limits":
+        """Defaults, with the timeouts taken from ``env`` (default ``os.environ``) through overmind.settings
+        (seconds, > 0; a bad value warns once there and the default is used)."""
+        from .. import settings
+
+        st = settings.current() if env is None else settings.parse(env)[0]
+        return cls(hello_timeout=st.hello_timeout, idle_timeout=st.idle_timeout, frame_timeout=st.frame_timeout)

@@ -1,0 +1,310 @@
+"""Every ``OVERMIND_*`` environment variable, declared once, parsed once, validated in one place.
+
+>>> from overmind import settings
+>>> settings.current().wait_timeout          # OVERMIND_WAIT_TIMEOUT, or its default
+900.0
+>>> [s.name for s in settings.DECLARED][:2]
+['OVERMIND_RUNTIME_DIR', 'OVERMIND_MAX_BYTES']
+
+A value Overmind cannot use is never an error: it gets ONE :class:`~overmind.fallback.OvermindWarning`
+(per process and value) naming the variable, the value and the accepted form, and the default is used.
+Booleans accept ``1/0``, ``true/false``, ``yes/no``, ``on/off`` in any case; an empty value means unset.
+
+:func:`current` re-parses only when one of the declared variables changed in ``os.environ`` since the last
+call (a test's ``monkeypatch.setenv`` takes effect at once; a process that never changes its environment
+parses it once). :func:`reload` forgets the parsed values and the warnings already given. This module imports
+only the standard library: the server imports it too, and must stay torch-free.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import threading
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Iterator, Mapping
+
+__all__ = ["Setting", "Settings", "DECLARED", "current", "reload", "describe", "problems", "clean_env",
+           "parse_bool", "parse_seconds", "parse_size"]
+
+
+# ---- parsers: each returns the value or raises ValueError ------------------------------------------------
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ValueError(text)
+
+
+def parse_seconds(text: str) -> float:
+    value = float(text)
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(text)
+    return value
+
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """``"1048576"``, ``"512K"``, ``"1.5G"``, ``"2GiB"`` (binary units) -> bytes (more than 0)."""
+    match = _SIZE.match(text)
+    if not match:
+        raise ValueError(text)
+    number, unit = match.groups()
+    value = int(float(number) * _UNITS[unit.upper()])
+    if value <= 0:
+        raise ValueError(text)
+    return value
+
+
+def _choice(*options: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        low = text.strip().lower()
+        if low not in options:
+            raise ValueError(text)
+        return low
+    return parse
+
+
+def _names(text: str) -> frozenset:
+    return frozenset(n.strip() for n in text.split(",") if n.strip())
+
+
+def _path(text: str) -> str:
+    return os.path.abspath(os.path.expanduser(text))
+
+
+# ---- the table -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Setting:
+    """One environment variable: its field on :class:`Settings`, its default and what it accepts.
+
+    ``bad_example`` is a value the parser refuses (None where every string is accepted); the test suite
+    sets each one and checks the warning and the default, so a new setting is covered by declaring it."""
+
+    name: str
+    attr: str
+    default: Any
+    accepted: str
+    help: str
+    parse: Callable[[str], Any] = field(repr=False)
+    bad_example: str | None = None
+    default_text: str = ""  # how the default reads where it is computed (e.g. "half of RAM")
+
+    def default_display(self) -> str:
+        return self.default_text or ("unset" if self.default is None else _display(self.default))
+
+
+_SECONDS = "a positive number of seconds, e.g. {name}={default:g}"
+_BOOL = "1/0, true/false, yes/no or on/off"
+
+DECLARED: tuple[Setting, ...] = (
+    Setting("OVERMIND_RUNTIME_DIR", "runtime_dir", None, "a directory path",
+            "the server's directory (socket, lock, log); default $XDG_RUNTIME_DIR/overmind or /tmp/overmind-<uid>",
+            _path, default_text="$XDG_RUNTIME_DIR/overmind or /tmp/overmind-<uid>"),
+    Setting("OVERMIND_MAX_BYTES", "max_bytes", None, "a size in bytes with an optional K, M, G or T suffix, "
+            "e.g. OVERMIND_MAX_BYTES=8G", "the server's memory budget for entries", parse_size, "lots",
+            default_text="half of RAM"),
+    Setting("OVERMIND_REPLY_TIMEOUT", "reply_timeout", 10.0, _SECONDS.format(name="OVERMIND_REPLY_TIMEOUT", default=10),
+            "how long a client waits for any one answer of the server", parse_seconds, "abc"),
+    Setting("OVERMIND_WAIT_TIMEOUT", "wait_timeout", 900.0, _SECONDS.format(name="OVERMIND_WAIT_TIMEOUT", default=900),
+            "how long a load waits on another process loading the same thing", parse_seconds, "abc"),
+    Setting("OVERMIND_SERVER_START_TIMEOUT", "server_start_timeout", 15.0,
+            _SECONDS.format(name="OVERMIND_SERVER_START_TIMEOUT", default=15),
+            "how long the launcher waits for a new server to accept connections", parse_seconds, "-1"),
+    Setting("OVERMIND_HELLO_TIMEOUT", "hello_timeout", 10.0, _SECONDS.format(name="OVERMIND_HELLO_TIMEOUT", default=10),
+            "server: a connection must say hello this soon", parse_seconds, "0"),
+    Setting("OVERMIND_IDLE_TIMEOUT", "idle_timeout", 600.0, _SECONDS.format(name="OVERMIND_IDLE_TIMEOUT", default=600),
+            "server: an idle connection is closed after this long", parse_seconds, "soon"),
+    Setting("OVERMIND_FRAME_TIMEOUT", "frame_timeout", 30.0, _SECONDS.format(name="OVERMIND_FRAME_TIMEOUT", default=30),
+            "server: a request begun must be complete this soon", parse_seconds, "inf"),
+    Setting("OVERMIND_STRICT", "strict", False, _BOOL,
+            "raise CacheBypassed instead of warning when a load cannot be cached (tests, debugging)",
+            parse_bool, "maybe"),
+    Setting("OVERMIND_DISABLE", "disable", False, _BOOL, "make every load a plain call and activate() a no-op",
+            parse_bool, "sometimes"),
+    Setting("OVERMIND_DISABLED_ADAPTERS", "disabled_adapters", frozenset(), "adapter names separated by commas",
+            "adapters not to activate", _names),
+    Setting("OVERMIND_ZEROCOPY", "zerocopy", "auto", "c, python or auto",
+            "the buffer-to-storage implementation: the compiled extension, its pure-Python twin, or the first "
+            "that imports", _choice("auto", "c", "python"), "fortran"),
+    # overmind run (overmind.runner): the warm interpreter templates.
+    Setting("OVERMIND_RUN_DISABLE", "run_disable", False, _BOOL, "make 'overmind run' start a plain interpreter",
+            parse_bool, "perhaps"),
+    Setting("OVERMIND_PRELOAD", "preload", None, "module names separated by commas ('+a,b' adds to the defaults)",
+            "what 'overmind run' templates import ahead of the program", str),
+    Setting("OVERMIND_TEMPLATE_START_TIMEOUT", "template_start_timeout", 600.0,
+            _SECONDS.format(name="OVERMIND_TEMPLATE_START_TIMEOUT", default=600),
+            "how long 'overmind run' waits for a new template", parse_seconds, "slow"),
+    Setting("OVERMIND_TEMPLATE_IDLE", "template_idle", 3600.0, _SECONDS.format(name="OVERMIND_TEMPLATE_IDLE", default=3600),
+            "a template unused this long exits", parse_seconds, "forever"),
+)
+_BY_NAME = {s.name: s for s in DECLARED}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The parsed values of :data:`DECLARED` (defaults where unset or bad)."""
+
+    runtime_dir: str | None = None
+    max_bytes: int | None = None
+    reply_timeout: float = 10.0
+    wait_timeout: float = 900.0
+    server_start_timeout: float = 15.0
+    hello_timeout: float = 10.0
+    idle_timeout: float = 600.0
+    frame_timeout: float = 30.0
+    strict: bool = False
+    disable: bool = False
+    disabled_adapters: frozenset = frozenset()
+    zerocopy: str = "auto"
+    run_disable: bool = False
+    preload: str | None = None
+    template_start_timeout: float = 600.0
+    template_idle: float = 3600.0
+    # name -> where the value came from: "env" or "default" ("default (bad value)" when the env's was refused)
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A declared variable whose value was refused."""
+
+    name: str
+    value: str
+    accepted: str
+
+    def sentence(self) -> str:
+        s = _BY_NAME[self.name]
+        return (f"overmind: {self.name}={self.value!r} is not {s.accepted}; using the default "
+                f"({s.default_display()}). Fix or unset {self.name}.")
+
+
+# ---- reading ---------------------------------------------------------------------------------------------
+_lock = threading.Lock()
+_snapshot: tuple | None = None
+_parsed: Settings | None = None
+_problems: tuple[Problem, ...] = ()
+_warned: set[tuple[str, str]] = set()
+_quiet = threading.local()
+
+
+def _raw(env: Mapping[str, str]) -> tuple:
+    return tuple(env.get(s.name) for s in DECLARED)
+
+
+def parse(env: Mapping[str, str]) -> tuple[Settings, tuple[Problem, ...]]:
+    """The settings in ``env`` and the values refused (no warning: :func:`current` warns)."""
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    bad: list[Problem] = []
+    for s in DECLARED:
+        raw = env.get(s.name)
+        if raw is None or not raw.strip():
+            values[s.attr], sources[s.name] = s.default, "default"
+            continue
+        try:
+            values[s.attr], sources[s.name] = s.parse(raw.strip()), "env"
+        except (ValueError, OverflowError):
+            values[s.attr], sources[s.name] = s.default, "default (bad value)"
+            bad.append(Problem(s.name, raw, s.accepted))
+    return Settings(**values, sources=sources), tuple(bad)
+
+
+def current() -> Settings:
+    """This process's settings; warns once for each refused value (see the module docstring)."""
+    global _snapshot, _parsed, _problems
+    snap = _raw(os.environ)
+    if snap != _snapshot or _parsed is None:
+        with _lock:
+            _parsed, _problems = parse(os.environ)
+            _snapshot = snap
+    if _problems and not getattr(_quiet, "on", False):
+        for p in _problems:
+            if (p.name, p.value) not in _warned:
+                _warned.add((p.name, p.value))
+                _warn(p.sentence())
+    return _parsed  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Read the settings without warning about them (``overmind doctor`` reports them as checks); the
+    warning then comes at the first read outside this block."""
+    before = getattr(_quiet, "on", False)
+    _quiet.on = True
+    try:
+        yield
+    finally:
+        _quiet.on = before
+
+
+def _warn(message: str) -> None:
+    from .fallback import OvermindWarning, warn_at_user_line
+
+    warn_at_user_line(OvermindWarning(message))
+
+
+def reload() -> Settings:
+    """Forget what was parsed and warned; parse the environment again (for tests)."""
+    global _snapshot, _parsed
+    with _lock:
+        _snapshot, _parsed = None, None
+        _warned.clear()
+    return current()
+
+
+def problems() -> tuple[Problem, ...]:
+    """The values of the current environment that were refused (read quietly: no warning)."""
+    with quiet():
+        current()
+    return _problems
+
+
+def describe() -> list[dict[str, Any]]:
+    """One row per declared setting: name, value (as text), source, default, accepted form, help."""
+    with quiet():
+        st = current()
+    rows = []
+    for s in DECLARED:
+        value = getattr(st, s.attr)
+        rows.append({"name": s.name, "value": _display(value) if value is not None else s.default_display(),
+                     "raw": os.environ.get(s.name), "source": st.sources.get(s.name, "default"),
+                     "default": s.default_display(), "accepted": s.accepted, "help": s.help})
+    return rows
+
+
+def clean_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` without the declared variables whose values are refused (a server started with it uses the
+    defaults the client already warned about, instead of failing on them)."""
+    _, bad = parse(env)
+    refused = {p.name for p in bad}
+    return {k: v for k, v in env.items() if k not in refused}
+
+
+def _display(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, frozenset):
+        return ",".join(sorted(value)) or "none"
+    return str(value)
+
+
+def _check_table() -> None:
+    names = {f.name for f in fields(Settings)} - {"sources"}
+    attrs = {s.attr for s in DECLARED}
+    assert names == attrs, f"Settings fields and DECLARED differ: {names ^ attrs}"
+
+
+_check_table()
