@@ -13,9 +13,9 @@ import torch
 
 from overmind.testing import run_fresh
 
+from _support import tiny_models
+
 HERE = os.path.dirname(__file__)
-sys.path.insert(0, HERE)
-import tiny_models  # noqa: E402
 
 KEY_SCRIPT = """
 import sys, json

@@ -1,18 +1,13 @@
-"""Fixtures for the overmind-bnb tests: tiny quantizable models saved once per session, bnb helpers importable.
+"""Fixtures for the overmind-bnb tests: tiny quantizable models saved once per session (tests/_support/bnb_testlib.py).
 
 Every test runs on the CPU with bitsandbytes' CPU backend; none needs a GPU (scripts/gpu_check.py covers one).
 """
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))  # bnb_testlib
-sys.path.insert(0, str(HERE.parents[2] / "tests"))  # the team's tiny_models (minilm_path)
 
 pytest.importorskip("bitsandbytes")
 pytest.importorskip("transformers")
@@ -22,7 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 @pytest.fixture(scope="session")
 def llama_path(tmp_path_factory) -> Path:
     """A tiny Llama (hidden 64, untied) saved with save_pretrained."""
-    from bnb_testlib import build_bnb_llama
+    from _support.bnb_testlib import build_bnb_llama
 
     return build_bnb_llama(tmp_path_factory.mktemp("bnb-llama"))
 
@@ -30,6 +25,6 @@ def llama_path(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tied_llama_path(tmp_path_factory) -> Path:
     """The same tiny Llama with tied input/output embeddings."""
-    from bnb_testlib import build_bnb_llama
+    from _support.bnb_testlib import build_bnb_llama
 
     return build_bnb_llama(tmp_path_factory.mktemp("bnb-llama-tied"), tie_word_embeddings=True)

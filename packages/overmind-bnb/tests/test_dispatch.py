@@ -17,7 +17,7 @@ from accelerate import dispatch_model
 from bitsandbytes.nn import Linear4bit, Params4bit
 from transformers import AutoModelForCausalLM
 
-from bnb_testlib import PROMPT_IDS, Roundtrip, config_4bit, plain_roundtrip
+from _support.bnb_testlib import PROMPT_IDS, Roundtrip, config_4bit, plain_roundtrip
 from overmind_bnb import dispatch, packing, plugin
 
 IDS = torch.tensor(PROMPT_IDS)

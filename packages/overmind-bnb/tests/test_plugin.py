@@ -1,6 +1,7 @@
 """The adapter as Overmind sees it: discovered through its entry point, its hooks valid, its reducers in use."""
 from __future__ import annotations
 
+from _support import pythonpath_env
 from bitsandbytes.nn import Int8Params, Params4bit
 from overmind import adapters, hooks
 from overmind_bnb import plugin
@@ -40,9 +41,9 @@ def test_reducers_asked_before_bitsandbytes_is_imported_still_apply():
         assert "bitsandbytes" not in sys.modules, "asking for reducers must not import bitsandbytes"
         assert torch.nn.Parameter not in table  # the adapter waits for bitsandbytes
         from bitsandbytes.nn import Linear4bit
-        from bnb_testlib import Roundtrip
+        from _support.bnb_testlib import Roundtrip
         layer = Linear4bit(64, 64, quant_type="nf4").to("cpu")
         copy = Roundtrip(layer, hooks.reducers()).obj
         report([type(copy.weight).__name__, copy.weight.module is copy, torch.equal(copy.weight, layer.weight)])
-    ''', env={"PYTHONPATH": str(__import__("pathlib").Path(__file__).parent)})
+    ''', env={"PYTHONPATH": pythonpath_env()})
     assert result == ["Params4bit", True, True]

@@ -13,7 +13,7 @@ from torch import nn
 
 import bitsandbytes as bnb
 from bitsandbytes.nn import Int8Params, Linear4bit, Linear8bitLt, Params4bit
-from bnb_testlib import Roundtrip, plain_roundtrip
+from _support.bnb_testlib import Roundtrip, plain_roundtrip
 from overmind_bnb.reducers import _reduce_if_quantized, reduce_quantized_param, reducer_table
 
 

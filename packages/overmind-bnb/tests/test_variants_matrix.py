@@ -39,12 +39,11 @@ import textwrap
 
 import pytest
 
-from bnb_testlib import PROMPT_IDS, build_bnb_llama
+from _support import pythonpath_env
+from _support.bnb_testlib import PROMPT_IDS, build_bnb_llama
 from overmind.testing import run_fresh
 
 pytest.importorskip("overmind_transformers")
-
-TESTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tests")
 
 VARIANTS = {
     "fp32": "dict()",
@@ -184,7 +183,7 @@ COMPARED = ("loaded", "forward1", "after_forward1", "forward2", "forward_grad", 
 def _env(ckpt) -> dict[str, str]:
     return {"CKPT": str(ckpt), "OVERMIND_STRICT": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
             "OVERMIND_DISABLED_ADAPTERS": "fixture,fixture_broken,future",
-            "PYTHONPATH": os.pathsep.join(p for p in (TESTS_DIR, os.environ.get("PYTHONPATH")) if p)}
+            "PYTHONPATH": pythonpath_env()}
 
 
 @pytest.fixture(scope="module")

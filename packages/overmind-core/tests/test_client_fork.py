@@ -6,22 +6,20 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # fault_procs, fault_loaders
-import fault_procs  # noqa: E402
+from _support import fault_procs
 
 LOADER = """
 import overmind
-import fault_loaders as L
+from _support import fault_loaders as L
 overmind.load(L.forking, 7, "f7")   # forks a sleeping child, then hangs until killed
 """
 
 OTHER = """
 import time, warnings, torch, overmind
-import fault_loaders as L
+from _support import fault_loaders as L
 from overmind.fallback import OvermindWarning
 from overmind.testing import report
 t0 = time.monotonic()

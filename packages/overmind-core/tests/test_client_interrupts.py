@@ -8,16 +8,14 @@ waiting on that claim) and, for the claim test, a third loader.
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # fault_procs, fault_loaders
-import fault_procs  # noqa: E402
+from _support import fault_procs
 
 HOLDER = """
 import os, torch, overmind
-import fault_loaders as L
+from _support import fault_loaders as L
 from overmind.testing import report
 try:
     overmind.load(L.gated, int(os.environ["N"]), os.environ["TAG"])
@@ -32,7 +30,7 @@ report({"outcome": outcome})
 # finish) runs more loads and reports what each returned.
 VICTIM = """
 import os, signal, threading, time, warnings, torch, overmind
-import fault_loaders as L
+from _support import fault_loaders as L
 from overmind.fallback import OvermindWarning
 from overmind.testing import report
 kind, tag, n = os.environ["KIND"], os.environ["TAG"], int(os.environ["N"])
@@ -76,7 +74,7 @@ report({"outcome": outcome, "same": same, "waited": waited, "checks": checks, "w
 
 THIRD = """
 import time, warnings, torch, overmind
-import fault_loaders as L
+from _support import fault_loaders as L
 from overmind.fallback import OvermindWarning
 from overmind.testing import report
 t0 = time.monotonic()

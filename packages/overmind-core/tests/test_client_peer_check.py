@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 
 import pytest
@@ -16,8 +15,7 @@ import pytest
 from overmind.launcher import ensure_server
 from overmind.testing import server_pids, stop_servers
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # fault_procs
-import fault_procs  # noqa: E402
+from _support import fault_procs
 
 NOBODY = 65534
 SYSTEM_PYTHON = "/usr/bin/python3"  # nobody cannot read the interpreter under /root
@@ -63,7 +61,7 @@ def test_a_swapped_in_server_of_another_user_is_never_spoken_to(monkeypatch):
     rt = os.path.join(parent, "rt")
     monkeypatch.setenv("OVERMIND_RUNTIME_DIR", rt)
     script = os.path.join(parent, "hostile_server.py")
-    shutil.copy(os.path.join(fault_procs.TESTS_DIR, "hostile_server.py"), script)
+    shutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostile_server.py"), script)
     os.chmod(script, 0o644)
     attacker = None
     try:
@@ -98,7 +96,7 @@ def test_a_swapped_in_server_of_another_user_is_never_spoken_to(monkeypatch):
 
 LOAD = """
 import warnings, torch, overmind
-import fault_loaders as L
+from _support import fault_loaders as L
 from overmind.fallback import OvermindWarning
 from overmind.testing import report, overmind_mapped
 with warnings.catch_warnings(record=True) as caught:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 import warnings
 
@@ -16,13 +15,12 @@ import overmind
 from overmind.fallback import OvermindWarning
 from overmind.testing import overmind_mapped, server_pids
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # fault_procs, fault_loaders
-import fault_loaders as L  # noqa: E402
-import fault_procs  # noqa: E402
+from _support import fault_loaders as L
+from _support import fault_procs
 
 FRESH_LOAD = """
 import time, warnings, torch, overmind
-import fault_loaders as L
+from _support import fault_loaders as L
 from overmind.fallback import OvermindWarning
 from overmind.testing import report, overmind_mapped
 t0 = time.monotonic()
@@ -70,7 +68,7 @@ def test_a_stopped_server_costs_a_load_one_bounded_timeout(runtime_dir, monkeypa
 
 HOLDER = """
 import overmind
-import fault_loaders as L
+from _support import fault_loaders as L
 try:
     overmind.load(L.gated, 6, "s6")
 except Exception:
@@ -79,7 +77,7 @@ except Exception:
 
 WAITER = """
 import time, warnings, torch, overmind
-import fault_loaders as L
+from _support import fault_loaders as L
 from overmind.fallback import OvermindWarning
 from overmind.testing import report
 L.touch("waiter-start")

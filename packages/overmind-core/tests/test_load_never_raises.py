@@ -11,8 +11,7 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # fault_procs, fault_loaders
-import fault_procs  # noqa: E402
+from _support import fault_procs
 
 NOBODY = 65534
 
@@ -20,7 +19,7 @@ CASE = """
 import contextlib, io, os, sys, warnings, torch
 import overmind, overmind.api, overmind.client, overmind.doctor, overmind.launcher
 import overmind.shm.reader, overmind.pickling, subprocess
-import fault_loaders as L
+from _support import fault_loaders as L
 from overmind.fallback import OvermindWarning
 from overmind.testing import report
 if os.environ.get("CASE_EXECUTABLE"):
@@ -72,5 +71,9 @@ def test_a_runtime_dir_this_user_cannot_write_falls_back(runtime_dir):
 
 
 @pytest.mark.parametrize("name", ["OVERMIND_WAIT_TIMEOUT", "OVERMIND_REPLY_TIMEOUT", "OVERMIND_SERVER_START_TIMEOUT"])
-def test_a_bad_setting_falls_back(runtime_dir, name):
-    _case({name: "abc"}, f"{name}='abc'", f"{name}='abc' is not a positive number of seconds")
+def test_a_bad_setting_warns_once_and_the_load_uses_the_default(runtime_dir, name):
+    # Issue 14: a bad setting is no failure (overmind.settings): one warning, the default, a cached load.
+    seen = fault_procs.run(CASE, {name: "abc"}, timeout=90)
+    assert seen.get("loaded") is True and len(seen["warned"]) == 1, seen
+    assert f"{name}='abc' is not a positive number of seconds" in seen["warned"][0], seen["warned"]
+    assert seen["doctor_rc"] == 0 and f"[warn] setting: {name}='abc'" in seen["doctor"], seen["doctor"]

@@ -4,18 +4,16 @@ under ``ulimit -n 256`` still opens files, and its fd count stays small (on both
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
 from overmind.launcher import ensure_server
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # fault_procs, fault_loaders
-import fault_procs  # noqa: E402
+from _support import fault_procs
 
 HOLDER = """
 import os, resource, warnings, torch, overmind
-import fault_loaders as L
+from _support import fault_loaders as L
 from overmind.fallback import OvermindWarning
 from overmind.shm import mappings
 from overmind.testing import report, overmind_mapped

@@ -1,10 +1,10 @@
 """Fixtures for the diffusers adapter's tests: tiny SD + ControlNet folders built once per session, and a runner
-for fresh processes that load through a private Overmind server (``fresh``, ``active``: tests/adapter_testlib.py)."""
+for fresh processes that load through a private Overmind server (``fresh``, ``active``: tests/_support/adapter_testlib.py)."""
 from __future__ import annotations
 
 import pytest
 
-from adapter_testlib import PRELUDE, active, fresh_runner  # noqa: F401  (active: a fixture for the tests)
+from _support.adapter_testlib import PRELUDE, active, fresh_runner  # noqa: F401  (active: a fixture for the tests)
 
 DIFFUSERS_PRELUDE = '''
 from overmind.shm import mappings
@@ -29,8 +29,8 @@ def entry_of_loader(suffix):
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory):
     """Folders of the tiny SD pipeline, two fp16 ControlNets, a saved MultiControlNetModel, a single-file VAE and a
-    custom pipeline (see tests/tiny_models.py), built once per session."""
-    import tiny_models as tm
+    custom pipeline (see tests/_support/tiny_models.py), built once per session."""
+    from _support import tiny_models as tm
     import torch
     from diffusers import ControlNetModel
     from diffusers.models.controlnets.multicontrolnet import MultiControlNetModel
@@ -53,5 +53,5 @@ def tiny(tmp_path_factory):
 @pytest.fixture
 def fresh(overmind_runtime, tiny, tmp_path):
     """``fresh(script, **env)``: run ``script`` after the shared prelude and :data:`DIFFUSERS_PRELUDE` in a new
-    interpreter against this test's server; see ``adapter_testlib.fresh_runner``."""
+    interpreter against this test's server; see ``_support.adapter_testlib.fresh_runner``."""
     return fresh_runner(PRELUDE + DIFFUSERS_PRELUDE, tiny, tmp_path)

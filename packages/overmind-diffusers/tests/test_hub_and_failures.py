@@ -1,11 +1,11 @@
 """A pipeline loaded by Hub id from the local cache is keyed by the resolved snapshot; a pipeline that cannot be
-pickled warns (adapter, loader, versions) and the plain pipeline is returned. ``active``: tests/adapter_testlib.py."""
+pickled warns (adapter, loader, versions) and the plain pipeline is returned. ``active``: tests/_support/adapter_testlib.py."""
 from __future__ import annotations
 
 import warnings
 
-import tiny_models as tm
-from adapter_testlib import overmind_warnings
+from _support import tiny_models as tm
+from _support.adapter_testlib import overmind_warnings
 
 LOAD_HUB_ID = '''
 from diffusers import DiffusionPipeline

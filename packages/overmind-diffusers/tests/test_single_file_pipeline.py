@@ -1,23 +1,12 @@
 """The pipeline-level ``StableDiffusionPipeline.from_single_file`` on a real original-format (LDM / CompVis)
-checkpoint: the tiny SD pipeline written as one ``.safetensors`` file (``ldm_checkpoint.py``), loaded plain
+checkpoint: the tiny SD pipeline written as one ``.safetensors`` file (``tests/_support/ldm_checkpoint.py``), loaded plain
 (checked bitwise against the pipeline it was written from), then through Overmind in one fresh process (publishes)
 and a second fresh process (must be served from Overmind's memory, without running the loader again)."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-
-def _ldm_checkpoint():
-    """This directory's ldm_checkpoint.py (pytest runs with --import-mode=importlib: the test dir is not on
-    sys.path)."""
-    spec = importlib.util.spec_from_file_location("_overmind_diffusers_ldm_checkpoint",
-                                                  Path(__file__).with_name("ldm_checkpoint.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from _support.ldm_checkpoint import write_ldm_checkpoint
 
 
 MODULES = ("unet", "vae", "text_encoder")
@@ -26,12 +15,12 @@ MODULES = ("unet", "vae", "text_encoder")
 @pytest.fixture(scope="module")
 def ldm_file(tiny, tmp_path_factory):
     path = tmp_path_factory.mktemp("ldm") / "tiny-sd-ldm.safetensors"
-    return str(_ldm_checkpoint().write_ldm_checkpoint(tiny["ckpt"], path))
+    return str(write_ldm_checkpoint(tiny["ckpt"], path))
 
 
 def test_plain_from_single_file_equals_the_tiny_pipeline_bitwise(tiny, ldm_file):
     """Checks the diffusers -> LDM writer itself: diffusers' own converter must give back every weight exactly."""
-    import tiny_models as tm
+    from _support import tiny_models as tm
     import torch
     from diffusers import StableDiffusionPipeline
     from safetensors import safe_open

@@ -32,7 +32,7 @@ CHILD = """
 import json, sys, time
 sys.path.insert(0, {tests!r})
 import overmind
-import sfast_pipelines as sp
+from _support import sfast_pipelines as sp
 overmind.activate()
 counter = sp.TraceCounter()
 with counter.installed():
@@ -78,7 +78,7 @@ def main() -> None:
         ckpt = args.ckpt
         if ckpt is None:
             sys.path.insert(0, str(ROOT_TESTS))
-            from tiny_models import build_sd_pipeline
+            from _support.tiny_models import build_sd_pipeline
 
             ckpt = str(build_sd_pipeline(Path(tmp) / "ckpt"))
         env = {**os.environ, "OVERMIND_RUNTIME_DIR": os.path.join(tmp, "rt"), "OVERMIND_STRICT": "1",

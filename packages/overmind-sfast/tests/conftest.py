@@ -5,20 +5,15 @@ tests that need stable-fast skip themselves when it is not installed, the one th
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))  # sfast_pipelines: importable by name, in this and in fresh processes
-sys.path.insert(0, str(HERE.parents[2] / "tests"))  # the team's tiny_models
-
 
 @pytest.fixture(scope="session")
 def sd_ckpt(tmp_path_factory) -> Path:
-    """A tiny SD1.5-architecture pipeline folder (tests/tiny_models.py)."""
-    from tiny_models import build_sd_pipeline
+    """A tiny SD1.5-architecture pipeline folder (tests/_support/tiny_models.py)."""
+    from _support.tiny_models import build_sd_pipeline
 
     return build_sd_pipeline(tmp_path_factory.mktemp("sd") / "ckpt")
 

@@ -2,25 +2,22 @@
 compiled pipeline from the cache, ready to run, without tracing."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 pytest.importorskip("sfast", reason="stable-fast is not installed (scripts/setup installs it from ../shared/wheels)")
 
+from _support import TESTS_DIR  # noqa: E402  (tests/: _support.sfast_pipelines is importable from it)
 from overmind.testing import run_fresh  # noqa: E402
-
-HERE = Path(__file__).resolve().parent  # sfast_pipelines lives here
 
 # Runs in a fresh interpreter: loads the builder through the cache, renders, reports what happened.
 LOAD_AND_RENDER = """
 import hashlib, sys, time, warnings
-sys.path.insert(0, {here!r})
+sys.path.insert(0, {tests_dir!r})
 import overmind
 from overmind.testing import overmind_mapped, report
 if {activate!r}:
     overmind.activate()
-import sfast_pipelines as sp
+from _support import sfast_pipelines as sp
 
 counter = sp.TraceCounter()
 with counter.installed(), warnings.catch_warnings(record=True) as caught:
@@ -44,7 +41,7 @@ report({{
 
 
 def load_and_render(ckpt, activate=True, strict=True):
-    script = LOAD_AND_RENDER.format(here=str(HERE), ckpt=str(ckpt), activate=activate)
+    script = LOAD_AND_RENDER.format(tests_dir=TESTS_DIR, ckpt=str(ckpt), activate=activate)
     return run_fresh(script, env={"OVERMIND_STRICT": "1" if strict else "0"}, timeout=900)
 
 
@@ -67,10 +64,10 @@ def test_second_process_gets_the_compiled_pipeline_without_tracing(overmind_runt
 # The builder compiles in a process where overmind-sfast is not active: the pipeline cannot be cached.
 COMPILED_BEFORE_ACTIVATE = """
 import sys, warnings
-sys.path.insert(0, {here!r})
+sys.path.insert(0, {tests_dir!r})
 import overmind
 from overmind.testing import report
-import sfast_pipelines as sp
+from _support import sfast_pipelines as sp
 
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
@@ -82,7 +79,7 @@ report({{"builds": sp.builds(), "shape": list(image.shape),
 
 
 def test_compiled_without_activate_falls_back_with_a_warning_that_says_what_to_do(overmind_runtime, sd_ckpt):
-    script = COMPILED_BEFORE_ACTIVATE.format(here=str(HERE), ckpt=str(sd_ckpt))
+    script = COMPILED_BEFORE_ACTIVATE.format(tests_dir=TESTS_DIR, ckpt=str(sd_ckpt))
     got = run_fresh(script, env={"OVERMIND_STRICT": "0"}, timeout=900)
     assert got["builds"] == 1 and got["shape"] == [1, 64, 64, 3]  # the user's pipeline, working
     (warning,) = [w for w in got["warnings"] if "could not cache" in w]

@@ -13,9 +13,9 @@ from sfast.utils import flat_tensors  # noqa: E402
 from transformers.modeling_outputs import BaseModelOutputWithPooling  # noqa: E402
 
 from overmind_sfast import flattening  # noqa: E402
-from sfast_modules import Encoder, LocalModel, Pair, PairModel  # noqa: E402
-from sfast_pipelines import cpu_config  # noqa: E402
-from sfast_roundtrip import roundtrip  # noqa: E402
+from _support.sfast_modules import Encoder, LocalModel, Pair, PairModel  # noqa: E402
+from _support.sfast_pipelines import cpu_config  # noqa: E402
+from _support.sfast_roundtrip import roundtrip  # noqa: E402
 
 
 def traced(module):

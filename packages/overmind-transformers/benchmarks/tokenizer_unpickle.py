@@ -35,7 +35,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=7)
     args = ap.parse_args()
 
-    import tiny_models
+    from _support import tiny_models
     from transformers import CLIPTokenizer
 
     from overmind_transformers.tokenizer_reduce import reducers

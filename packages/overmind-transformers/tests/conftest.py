@@ -1,10 +1,10 @@
 """Fixtures for the transformers adapter's tests: tiny models built once per session, and a runner for fresh
-processes that load through a private Overmind server (``fresh``, ``active``: tests/adapter_testlib.py)."""
+processes that load through a private Overmind server (``fresh``, ``active``: tests/_support/adapter_testlib.py)."""
 from __future__ import annotations
 
 import pytest
 
-from adapter_testlib import PRELUDE, active, fresh_runner  # noqa: F401  (active: a fixture for the tests)
+from _support.adapter_testlib import PRELUDE, active, fresh_runner  # noqa: F401  (active: a fixture for the tests)
 
 TRANSFORMERS_PRELUDE = '''
 
@@ -16,8 +16,8 @@ def all_mapped(module):
 
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory):
-    """Folders of the tiny models (see tests/tiny_models.py), built once per session."""
-    import tiny_models as tm
+    """Folders of the tiny models (see tests/_support/tiny_models.py), built once per session."""
+    from _support import tiny_models as tm
 
     root = tmp_path_factory.mktemp("tiny-transformers")
     return {
@@ -33,5 +33,5 @@ def tiny(tmp_path_factory):
 @pytest.fixture
 def fresh(overmind_runtime, tiny, tmp_path):
     """``fresh(script, **env)``: run ``script`` after the shared prelude and :data:`TRANSFORMERS_PRELUDE` in a
-    new interpreter against this test's server; see ``adapter_testlib.fresh_runner``."""
+    new interpreter against this test's server; see ``_support.adapter_testlib.fresh_runner``."""
     return fresh_runner(PRELUDE + TRANSFORMERS_PRELUDE, tiny, tmp_path)

@@ -1,13 +1,13 @@
 """When the adapter cannot cache a load, the user gets the plain result and one warning that names the
-adapter, the loader, the versions and the fix. ``active``, ``overmind_warnings``: tests/adapter_testlib.py."""
+adapter, the loader, the versions and the fix. ``active``, ``overmind_warnings``: tests/_support/adapter_testlib.py."""
 from __future__ import annotations
 
 import warnings
 
 import torch
 
-import tiny_models as tm
-from adapter_testlib import overmind_warnings
+from _support import tiny_models as tm
+from _support.adapter_testlib import overmind_warnings
 from overmind import activation
 
 

@@ -2,7 +2,7 @@
 new snapshot gives a fresh load, and the same snapshot a hit."""
 from __future__ import annotations
 
-import tiny_models as tm
+from _support import tiny_models as tm
 
 LOAD_HUB_ID = '''
 from transformers import AutoModel, AutoTokenizer

@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-import tiny_models as tm
+from _support import tiny_models as tm
 from overmind import pickling
 from overmind_transformers.tokenizer_reduce import reduce_fast_tokenizer, reducers
 

@@ -16,7 +16,7 @@ The layout written here is the public LDM one:
 * CLIP text encoder under ``cond_stage_model.transformer.`` with transformers' ``CLIPTextModel`` names
   (``text_model.embeddings...``).
 
-Only the layouts the tiny pipeline of ``tests/tiny_models.py`` uses are handled; anything else raises.
+Only the layouts the tiny pipeline of ``tests/_support/tiny_models.py`` uses are handled; anything else raises.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ Nothing here reaches the network: every model is built from a config with random
 with the same seed are bitwise equal) and written with ``save_pretrained`` into a folder the caller gives. Each
 builder returns the folder it wrote, takes well under a second, and is stable API for the whole team.
 
->>> from tiny_models import build_sd_controlnet_set
+>>> from _support.tiny_models import build_sd_controlnet_set
 >>> paths = build_sd_controlnet_set(tmp_path)            # ckpt + two fp16-variant ControlNets
 >>> vae = AutoencoderKL.from_pretrained(paths.ckpt, subfolder="vae", torch_dtype=torch.float16)
 
@@ -559,7 +559,7 @@ def minilm_path() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "model"
 
 
-if __name__ == "__main__":  # python tests/tiny_models.py /tmp/x : build everything once, print timings
+if __name__ == "__main__":  # python tests/_support/tiny_models.py /tmp/x : build everything once, print timings
     import sys
     import tempfile
     import time

@@ -11,16 +11,16 @@ import time
 
 from overmind.testing import RESULT_MARK
 
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+from . import pythonpath_env
 
 
 def start(script: str, env: dict[str, str] | None = None, **popen) -> subprocess.Popen:
-    """Start ``script`` in a fresh interpreter with the tests folder importable; stdout/stderr piped."""
+    """Start ``script`` in a fresh interpreter with ``_support`` importable; stdout/stderr piped."""
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False, dir="/tmp") as f:
         f.write(textwrap.dedent(script))
     os.chmod(f.name, 0o644)
     full = {**os.environ, **(env or {})}
-    full["PYTHONPATH"] = os.pathsep.join(p for p in (TESTS_DIR, full.get("PYTHONPATH")) if p)
+    full["PYTHONPATH"] = pythonpath_env(full)
     proc = subprocess.Popen([sys.executable, f.name], env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, **popen)
     proc.script_path = f.name  # type: ignore[attr-defined]

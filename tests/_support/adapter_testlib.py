@@ -1,8 +1,8 @@
 """Test helpers shared by the adapter packages' suites (overmind-diffusers, overmind-transformers).
 
-Each package's conftest.py imports what it needs from here (the root conftest.py puts tests/ on sys.path):
+Each package's conftest.py imports what it needs from here (tests/ is on sys.path: see ``_support``):
 
->>> from adapter_testlib import PRELUDE, active, fresh_runner   # in packages/overmind-xxx/tests/conftest.py
+>>> from _support.adapter_testlib import PRELUDE, active, fresh_runner   # in packages/overmind-xxx/tests/conftest.py
 >>> @pytest.fixture
 ... def fresh(overmind_runtime, tiny, tmp_path):
 ...     return fresh_runner(PRELUDE + MY_PRELUDE, tiny, tmp_path)
@@ -23,7 +23,8 @@ from typing import Any, Callable
 
 import pytest
 
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+from . import TESTS_DIR
+
 # Test-fixture adapters of the core's own suite are installed in the dev venv; they are not part of a user's setup.
 OTHER_ADAPTERS_OFF = "fixture,fixture_broken,future"
 
@@ -33,7 +34,7 @@ import torch
 import overmind
 from overmind.client import get_client
 from overmind.testing import overmind_mapped, report
-import tiny_models as tm
+from _support import tiny_models as tm
 
 P = json.loads(os.environ["TINY"])
 

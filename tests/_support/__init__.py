@@ -1,0 +1,29 @@
+"""Helpers shared by the test suites of every package (not tests themselves; pytest does not collect them).
+
+The root ``pyproject.toml`` puts ``tests/`` on ``sys.path`` (pytest's ``pythonpath`` option), so every suite
+imports them as ``from _support import tiny_models``; no conftest edits ``sys.path``. A fresh process a test
+starts gets the same with :func:`pythonpath_env` (``PYTHONPATH`` with ``tests/`` in front), so a helper module
+(a loader in :mod:`_support.fault_loaders`, a builder in :mod:`_support.sfast_pipelines`) has the same name,
+hence the same cache key, in the test and in every process it starts.
+
+* :mod:`_support.tiny_models`: tiny HF models, pipelines and tokenizers built locally (no Hub).
+* :mod:`_support.adapter_testlib`: the fresh-process runner and fixtures of the adapter packages' suites.
+* :mod:`_support.fault_procs`, :mod:`_support.fault_loaders`: background processes and gated loaders of the
+  core's fault tests.
+* :mod:`_support.ldm_checkpoint`: the tiny SD pipeline written as one original-format (LDM) checkpoint.
+* :mod:`_support.bnb_testlib`: overmind-bnb's tiny quantizable Llama and round trips.
+* :mod:`_support.sfast_pipelines`, :mod:`_support.sfast_modules`, :mod:`_support.sfast_roundtrip`:
+  overmind-sfast's compiled pipeline builder, traced modules and in-process round trip.
+"""
+from __future__ import annotations
+
+import os
+
+TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+"""The repository's ``tests/`` folder: the one ``sys.path`` entry that makes ``_support`` importable."""
+
+
+def pythonpath_env(env: dict[str, str] | None = None) -> str:
+    """``PYTHONPATH`` for a fresh process: :data:`TESTS_DIR` in front of ``env``'s (default: ours)."""
+    rest = (os.environ if env is None else env).get("PYTHONPATH")
+    return os.pathsep.join(p for p in (TESTS_DIR, rest) if p)
