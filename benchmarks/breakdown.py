@@ -5,6 +5,9 @@ call of its step (a nested load inside a load is not counted twice) and sums ove
 process. Steps nest: ``publish`` contains ``pickle``, ``write_entry``, ``server_publish`` and the final
 ``rebuild``; ``rebuild`` contains ``map`` and ``unpickle``. What no step covers in a cold load (its total
 minus ``key``, ``server_get`` and ``publish``) is the library's own loader running inside Overmind.
+``load`` is an ``overmind.load`` call from its key on (get, the loader on a miss, publish, rebuild);
+``collector`` is the time Python's garbage collector ran inside ``key`` or ``load`` (``gc.callbacks``; in a cold load that includes the collections of the library's own loader),
+``collector_outside`` the collections elsewhere in the process after :func:`install`.
 
 This wraps module attributes that ``overmind.api`` and ``overmind.entry`` look up at call time; a step that
 is renamed in the core is skipped (and reported missing), never an error.
@@ -12,11 +15,13 @@ is renamed in the core is skipped (and reported missing), never an error.
 from __future__ import annotations
 
 import functools
+import gc
 import importlib
 import time
 
 # step name -> (module, attribute path)
 STEPS = {
+    "load": ("overmind.api", "_cached_call"),
     "key": ("overmind.key", "make_key"),
     "server_start": ("overmind.launcher", "ensure_server"),
     "server_get": ("overmind.client", "Client.get"),
@@ -52,8 +57,21 @@ def _timed(name: str, fn):
     return wrapper
 
 
+def _collections(phase: str, info: dict, _start=[0.0]) -> None:
+    if phase == "start":
+        _start[0] = time.perf_counter()
+        return
+    name = "collector" if _depth.get("load", 0) or _depth.get("key", 0) else "collector_outside"
+    totals[name] = totals.get(name, 0.0) + time.perf_counter() - _start[0]
+    calls[name] = calls.get(name, 0) + 1
+    if info.get("generation") == 2:
+        calls[name + "_full"] = calls.get(name + "_full", 0) + 1
+
+
 def install() -> None:
-    """Wrap every step in :data:`STEPS` that exists."""
+    """Wrap every step in :data:`STEPS` that exists, and time the garbage collector's runs."""
+    if _collections not in gc.callbacks:
+        gc.callbacks.append(_collections)
     for name, (module, path) in STEPS.items():
         try:
             owner = importlib.import_module(module)

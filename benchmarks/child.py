@@ -46,11 +46,13 @@ class _Lap:
         self.sw.times[self.name] = self.sw.times.get(self.name, 0.0) + time.perf_counter() - self.t
 
 
-def start(wrap: dict | None = None) -> dict:
+def start(wrap: dict | None = None, breakdown_now: bool = True) -> dict:
     """Set the process up for ``MODE``; returns facts for the result (adapters active, how Overmind is used).
 
     ``wrap`` maps ``"module:Class"`` to the attribute to route through ``overmind.load`` when
-    ``BENCH_VIA=load`` (e.g. ``{"diffusers:AutoencoderKL": "from_pretrained"}``).
+    ``BENCH_VIA=load`` (e.g. ``{"diffusers:AutoencoderKL": "from_pretrained"}``). ``breakdown_now=False``
+    leaves the step timers to :func:`install_breakdown` (a script that activates before its imports calls it
+    after them: the timers import the load path, which imports torch).
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -61,10 +63,8 @@ def start(wrap: dict | None = None) -> dict:
         return facts
     import overmind
 
-    if os.environ.get("BENCH_BREAKDOWN", "1") == "1":
-        import breakdown
-
-        breakdown.install()
+    if breakdown_now:
+        install_breakdown()
     if VIA == "activate":
         t = time.perf_counter()
         facts["adapters"] = overmind.activate()
@@ -74,6 +74,14 @@ def start(wrap: dict | None = None) -> dict:
         facts["wrapped"] = _wrap_loaders(overmind, wrap or {})
     facts["via"] = VIA
     return facts
+
+
+def install_breakdown() -> None:
+    """Time Overmind's steps (see breakdown.py) unless ``BENCH_BREAKDOWN=0``; in Overmind mode only."""
+    if MODE != "plain" and os.environ.get("BENCH_BREAKDOWN", "1") == "1":
+        import breakdown
+
+        breakdown.install()
 
 
 def _wrap_loaders(overmind, wrap: dict) -> list[str]:

