@@ -44,7 +44,7 @@ class Overrides(Base):
         return super().load()
 
 
-def test_collect_takes_overriding_subclasses_once_and_warns_about_what_moved(monkeypatch):
+def test_collect_takes_overriding_subclasses_once_and_warns_about_what_cannot_be_patched(monkeypatch):
     monkeypatch.setitem(sys.modules, "kitlib", types.SimpleNamespace(Base=Base))
     specs = [adapter.Spec("kitlib:Base", "load"), adapter.Spec("kitlib:Base", "load"),
              adapter.Spec("kitlib:Gone", "load"), adapter.Spec("kitlib:Base", "__init__")]
@@ -54,8 +54,9 @@ def test_collect_takes_overriding_subclasses_once_and_warns_about_what_moved(mon
     assert [(t.owner, t.name, t.kind, t.adapter) for t in targets] == [
         (Base, "load", "classmethod", "kitlib"), (Overrides, "load", "classmethod", "kitlib")]
     messages = [str(w.message) for w in caught if issubclass(w.category, OvermindWarning)]
-    assert len(messages) == 2 and all("adapter kitlib (overmind-kitlib not installed" in m for m in messages)
-    assert "kitlib.Gone.load" in messages[0] and "not a classmethod" in messages[1]
+    # kitlib.Gone is not defined by this "version": skipped quietly (tests/test_adapter_targets_by_version.py).
+    assert len(messages) == 1 and "adapter kitlib (overmind-kitlib not installed" in messages[0]
+    assert "kitlib.Base.__init__" in messages[0] and "not a classmethod" in messages[0]
     assert adapter.resolve_roots(specs) == (Base, Base, Base)
 
 

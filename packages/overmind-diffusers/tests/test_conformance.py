@@ -1,5 +1,6 @@
-"""The adapter API contract for diffusers: targets resolve, activate/deactivate are symmetric, a moved target
-warns with the adapter, the target and the versions."""
+"""The adapter API contract for diffusers: targets resolve, activate/deactivate are symmetric, a target that
+exists but cannot be patched warns with the adapter, the target and the versions, one this diffusers does not
+define is skipped quietly."""
 from __future__ import annotations
 
 import warnings
@@ -46,18 +47,20 @@ def test_deactivate_restores_the_identical_objects():
     assert "from_pretrained" not in vars(diffusers.UNet2DConditionModel)
 
 
-def test_a_moved_target_warns_with_adapter_target_and_versions(monkeypatch):
+def test_a_target_that_cannot_be_patched_warns_with_adapter_target_and_versions(monkeypatch):
     import diffusers
     from overmind_diffusers import plugin
     from overmind.adapter import Spec
 
-    monkeypatch.setattr(plugin, "SPECS", plugin.SPECS + (Spec("diffusers.pipelines.pipeline_utils:PipelineThatMoved"),))
+    monkeypatch.setattr(plugin, "SPECS", plugin.SPECS + (
+        Spec("diffusers.pipelines.pipeline_utils:PipelineOfAnotherVersion"),  # not defined here: skipped quietly
+        Spec("diffusers.pipelines.pipeline_utils:DiffusionPipeline", "save_pretrained")))  # no classmethod: warns
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         targets = plugin.overmind_patch_targets()
     [message] = [str(w.message) for w in caught if issubclass(w.category, OvermindWarning)]
     assert "adapter diffusers (overmind-diffusers 0.1.0, diffusers " + diffusers.__version__ in message
-    assert "PipelineThatMoved" in message
+    assert "DiffusionPipeline.save_pretrained" in message and "not a classmethod" in message
     assert any(t.owner is diffusers.DiffusionPipeline for t in targets)
 
 

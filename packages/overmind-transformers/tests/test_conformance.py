@@ -1,4 +1,5 @@
-"""The adapter API contract: targets resolve, activate/deactivate are symmetric, a moved target warns."""
+"""The adapter API contract: targets resolve, activate/deactivate are symmetric, a target that cannot be patched
+warns (one this transformers does not define is skipped quietly)."""
 from __future__ import annotations
 
 import warnings
@@ -57,7 +58,7 @@ def test_subclass_overriding_from_pretrained_is_patched_too():
     assert (transformers.BertModel, "from_pretrained") not in targets  # inherits it: the base patch covers it
 
 
-def test_a_moved_target_warns_with_adapter_target_and_versions(monkeypatch):
+def test_a_target_that_cannot_be_patched_warns_with_adapter_target_and_versions(monkeypatch):
     from overmind_transformers import plugin
     from overmind.adapter import Spec
 
@@ -72,8 +73,7 @@ def test_a_moved_target_warns_with_adapter_target_and_versions(monkeypatch):
     import transformers
 
     version = f"transformers {transformers.__version__}"
-    moved = [m for m in messages if "PreTrainedModelThatMoved" in m]
-    assert moved and "adapter transformers (overmind-transformers" in moved[0] and version in moved[0]
+    assert not [m for m in messages if "PreTrainedModelThatMoved" in m]  # not in this version: a debug line only
     not_classmethod = [m for m in messages if "AutoTokenizer.register" in m]
     assert not_classmethod and "not a classmethod" in not_classmethod[0] and version in not_classmethod[0]
     # The rest still patches.

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import logging
 from functools import lru_cache
 from importlib import metadata
 from typing import Any, Iterable, NamedTuple
@@ -138,24 +139,55 @@ def _own_classmethod(cls: type, attr: str) -> bool:
     return isinstance(vars(cls).get(attr), classmethod)
 
 
+def _undefined(where: str, attr: str) -> str | None:
+    """Why the installed library does not define ``where``'s ``attr`` (its module, class or attribute is
+    absent), or ``None`` when it does. Errors raised while importing a module that exists propagate."""
+    module_name, _, qualname = where.partition(":")
+    try:
+        obj = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name and (module_name == e.name or module_name.startswith(e.name + ".")):
+            return f"no module {e.name}"
+        raise  # the module exists but imports something that does not: a fault, not a version difference
+    for part in qualname.split("."):
+        if not hasattr(obj, part):
+            return f"no {part} in {getattr(obj, '__name__', type(obj).__name__)}"
+        obj = getattr(obj, part)
+    try:
+        inspect.getattr_static(obj, attr)
+    except AttributeError:
+        return f"no {attr} on {getattr(obj, '__qualname__', obj)}"
+    return None
+
+
+_log = logging.getLogger("overmind")
+
+
 def collect(adapter: str, specs: Iterable[Spec]) -> list[PatchTarget]:
     """The patch targets of ``specs``, in a stable order, each (owner, attr) once.
 
-    A spec that no longer resolves (the library moved the class or turned the loader into something else)
-    is skipped with one warning naming the adapter, the target and both versions; the others still apply.
+    A spec the installed library version does not define (its module, class or loader is absent: a newer
+    class, or one a version dropped) is skipped with one debug line on the ``overmind`` logger. A spec that
+    exists but cannot be patched (its module fails to import, or the loader is no classmethod) is skipped
+    with one warning naming the adapter, the target and both versions. The others still apply.
     """
     targets: dict[tuple[int, str], PatchTarget] = {}
     for spec in specs:
+        name = f"{spec.where.replace(':', '.')}.{spec.attr}"
         try:
+            missing = _undefined(spec.where, spec.attr)
+            if missing:
+                _log.debug("overmind: %s: %s is not defined in this version (%s); nothing to patch there",
+                           label(adapter), name, missing)
+                continue
             root = resolve(spec.where)
             found = inspect.getattr_static(root, spec.attr)
-        except (ImportError, AttributeError) as e:
-            warn(f"overmind: {label(adapter)} cannot patch {spec.where.replace(':', '.')}.{spec.attr}: "
-                 f"{type(e).__name__}: {e}. Those loads run without the cache; upgrade "
-                 f"{dist_of(adapter)} or pin {adapter} to a version it supports.")
+        except Exception as e:
+            warn(f"overmind: {label(adapter)} cannot patch {name}: {type(e).__name__}: {e}. Those loads run "
+                 f"without the cache; upgrade {dist_of(adapter)} or pin {adapter} to a version it supports.")
             continue
         if not isinstance(found, classmethod):
-            warn(f"overmind: {label(adapter)} cannot patch {spec.where.replace(':', '.')}.{spec.attr}: it is a "
+            warn(f"overmind: {label(adapter)} cannot patch {name}: it is a "
                  f"{type(found).__name__}, not a classmethod. Those loads run without the cache; upgrade the adapter.")
             continue
         classes = [root] + (sorted(_subclasses(root), key=lambda c: (c.__module__, c.__qualname__))

@@ -1,0 +1,52 @@
+"""The diffusers adapter on every supported diffusers: what one version lacks is no fault.
+
+diffusers 0.35 has no ``AutoPipelineForText2Audio`` (0.36 added it). It used to print a warning in every
+process, and under ``OVERMIND_STRICT=1`` that warning raised inside ``activate()``, so the whole diffusers adapter
+was rolled back: a warm ``vae=vae`` pipeline then had only its text encoder (a transformers load) in Overmind's
+memory. Now a target the installed diffusers does not define is skipped with a debug line, and every other
+target is patched, strictly.
+"""
+from __future__ import annotations
+
+import logging
+import warnings
+
+import pytest
+
+from overmind import activation, patching
+from overmind.adapter import resolve
+from overmind.fallback import OvermindWarning
+
+
+def _defined(where: str, attr: str) -> bool:
+    try:
+        return attr in vars(resolve(where))
+    except (ImportError, AttributeError):
+        return False
+
+
+def test_every_target_this_diffusers_defines_is_patched_under_strict(monkeypatch, caplog):
+    import diffusers
+    from overmind_diffusers import plugin
+
+    monkeypatch.setenv("OVERMIND_STRICT", "1")
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.DEBUG, logger="overmind"):
+        warnings.simplefilter("always")
+        activation.activate(strict=True)
+    assert not [w for w in caught if issubclass(w.category, OvermindWarning)]
+    defined = [s for s in plugin.SPECS if _defined(s.where, s.attr)]
+    for spec in defined:
+        assert patching.is_patched(resolve(spec.where), spec.attr), f"{spec.where}.{spec.attr} is not patched"
+    skipped = [s for s in plugin.SPECS if s not in defined]
+    debug = " ".join(r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG)
+    for spec in skipped:
+        assert f"{spec.where.replace(':', '.')}.{spec.attr} is not defined in this version" in debug
+    has_text2audio = hasattr(diffusers.pipelines.auto_pipeline, "AutoPipelineForText2Audio")
+    assert has_text2audio == (tuple(map(int, diffusers.__version__.split(".")[:2])) >= (0, 36))
+    assert [s.where.rpartition(":")[2] for s in skipped] == ([] if has_text2audio else ["AutoPipelineForText2Audio"])
+
+
+@pytest.fixture(autouse=True)
+def _always_deactivated():
+    yield
+    activation.deactivate()
