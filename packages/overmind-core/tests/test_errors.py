@@ -30,7 +30,7 @@ def core_exceptions() -> dict[str, type]:
 
 def test_every_exception_of_the_core_is_an_overmind_error():
     found = core_exceptions()
-    assert {"overmind.canon.Unkeyable", "overmind.pickling.PicklingFailed", "overmind.patching.PatchError"} <= set(found)
+    assert {"overmind.errors.Unkeyable", "overmind.pickling.PicklingFailed", "overmind.patching.PatchError"} <= set(found)
     outside = sorted(n for n, cls in found.items() if not issubclass(cls, OvermindError) and n not in NOT_YET)
     assert not outside, f"not under OvermindError: {outside}"
 

@@ -1,6 +1,7 @@
 """The modules of ``overmind`` import each other without a cycle (issue 11): read from their source with
-``ast``, counting the imports that run when a module is imported, not those under ``if TYPE_CHECKING:`` (type
-only) nor those inside functions (they run on first use, when every module is complete)."""
+``ast``, counting every import that can run, at import time or inside a function (a late import is still a
+dependency: it only moves the cycle to the first call), but not those under ``if TYPE_CHECKING:`` (type only).
+No module is exempt."""
 from __future__ import annotations
 
 import ast
@@ -24,28 +25,27 @@ def is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def import_time_statements(body: list[ast.stmt]):
-    """Import statements a module runs when imported: its body, and the blocks of its top-level ifs, trys
-    and withs, but not ``if TYPE_CHECKING:`` nor any function or class body's functions."""
+def run_time_statements(body: list[ast.stmt]):
+    """Every import statement that can run: in the module body and in any block, function or class inside
+    it, except under ``if TYPE_CHECKING:`` (its ``else`` runs)."""
     for node in body:
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
-        elif isinstance(node, ast.If):
-            if not is_type_checking(node.test):
-                yield from import_time_statements(node.body)
-            yield from import_time_statements(node.orelse)
-        elif isinstance(node, ast.Try):
-            for block in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
-                yield from import_time_statements(block)
-        elif isinstance(node, (ast.With, ast.ClassDef)):
-            yield from import_time_statements(node.body)
+        elif isinstance(node, ast.If) and is_type_checking(node.test):
+            yield from run_time_statements(node.orelse)
+        else:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.stmt):
+                    yield from run_time_statements([child])
+                elif isinstance(child, (ast.excepthandler, ast.match_case)):
+                    yield from run_time_statements(child.body)
 
 
 def imports_of(name: str) -> set[str]:
     path = MODULES[name]
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in import_time_statements(ast.parse(path.read_text()).body):
+    for node in run_time_statements(ast.parse(path.read_text()).body):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         else:
@@ -88,6 +88,8 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_reader_sees_the_imports():
     assert "overmind.hooks" in imports_of("overmind.api")
     assert "overmind.errors" in imports_of("overmind.patching")
+    assert "overmind.api" in imports_of("overmind.activation")  # inside a function: counted
+    assert "overmind.canon_torch" in imports_of("overmind.canon")  # inside a method: counted
     assert "overmind.key" not in imports_of("overmind.hookspecs")  # under TYPE_CHECKING only
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 

@@ -34,17 +34,12 @@ import types
 from typing import Any, Callable
 
 from . import code_identity, fingerprint, provenance
-from .errors import OvermindError
+from .errors import Unkeyable
 
 MAX_DEPTH = 64
 MAX_NODES = 200_000
 MAX_FUNCTIONS = 2_000
 MAX_TENSOR_BYTES = 256 << 20  # all tensors of one key together; larger tensors are not keyed by content
-
-
-class Unkeyable(OvermindError):
-    """An argument (or the loader) cannot be turned into a stable key; the message says which and why."""
-
 
 _ATOMS = (type(None), bool, int, str, bytes, type(Ellipsis), type(NotImplemented))
 # Builtin bases whose instance state canon reads completely (contents, plus __dict__/__slots__ of a subclass).
@@ -63,6 +58,8 @@ def _float_bytes(x: float) -> str:
 
 class Walk:
     """One key's walk over its values: memo of objects met (identity structure, cycles), budgets."""
+
+    max_tensor_bytes = MAX_TENSOR_BYTES  # read by canon_torch, which must not import this module back
 
     def __init__(self, hook: Callable[[Any], Any] | None = None) -> None:
         self.hook = hook

@@ -7,12 +7,13 @@ from typing import Any
 
 import torch
 
-from .canon import MAX_TENSOR_BYTES, Unkeyable
+from .errors import Unkeyable
 
 _ENUM_LIKE = (torch.dtype, torch.device, torch.memory_format, torch.layout, torch.qscheme)
 
 
 def describe(walk, v: Any, depth: int) -> Any:
+    """``v``'s canonical form; ``walk`` is the :class:`overmind.canon.Walk` that met it (passed in, not imported)."""
     if isinstance(v, _ENUM_LIKE):
         return ("torch", type(v).__name__, str(v))
     if isinstance(v, torch.Size):
@@ -52,8 +53,8 @@ def _storage_digest(walk, storage: torch.UntypedStorage) -> Any:
     if storage.device.type == "meta":
         return ("meta",)
     walk.tensor_bytes += nbytes
-    if walk.tensor_bytes > MAX_TENSOR_BYTES:
-        raise Unkeyable(f"tensor arguments of more than {MAX_TENSOR_BYTES >> 20} MiB are too large to key by "
+    if walk.tensor_bytes > walk.max_tensor_bytes:
+        raise Unkeyable(f"tensor arguments of more than {walk.max_tensor_bytes >> 20} MiB are too large to key by "
                         f"content (pass a tensor returned by an earlier load, or keep it out of the call)")
     if storage.device.type != "cpu":
         storage = storage.cpu()

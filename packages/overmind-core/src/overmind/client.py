@@ -31,7 +31,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from . import __version__, peer, runtime, timeouts
+from . import peer, runtime, timeouts
+from ._version import __version__
 from .errors import OvermindError, ProtocolMismatch, ServerError, ServerUnavailable
 from .protocol import PROTOCOL_VERSION, ConnectionClosed, FrameError, close_fds, recv_message, send_message
 from .transport import ReplyTimeout, TimedSocket, TransportError

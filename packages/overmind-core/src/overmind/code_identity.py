@@ -89,7 +89,7 @@ def distribution_of(module_name: str) -> tuple | None:
     if top == "overmind" or top.startswith("overmind_"):
         # The cache's own machinery (even as an editable install): a loader calling overmind.load reads
         # nothing of it that shapes its result, and its module state changes with every load.
-        from . import __version__
+        from ._version import __version__
 
         return (("overmind", __version__),)
     module = sys.modules.get(module_name) or sys.modules.get(top)

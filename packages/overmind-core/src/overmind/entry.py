@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import arguments_ref, collector, hooks, pickling, provenance
+from . import arguments_ref, canon, collector, hooks, pickling, provenance
 from .shm import reader, writer
 
 if TYPE_CHECKING:
@@ -94,5 +94,11 @@ def _decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None) 
                          meta.get("argument_aliases") or ())
     obj = hooks.after_unpickle(obj, adapters_meta)
     if arguments_ref.ArgumentIndex(arguments).path_of(obj) is None:
-        provenance.remember_origin(obj, entry["key"])  # (an argument returned as it was keeps its own origin)
+        # (an argument returned as it was keeps its own origin)
+        provenance.remember_origin(obj, entry["key"], _config_form)
     return obj
+
+
+def _config_form(config: Any) -> str:
+    """A module config as its key describes it: provenance compares it to tell the module's config unedited."""
+    return repr(canon.canon(config, hooks.key_for_value))

@@ -2,10 +2,11 @@
 
 Every exception Overmind raises on purpose derives from :class:`OvermindError` (``except OvermindError``
 catches them all); one that also means a builtin category keeps it as a second base (``PatchError`` is a
-``RuntimeError`` too). The others live beside what raises them: ``Unkeyable`` (canon), ``PicklingFailed``
-(pickling), ``PatchError`` (patching), ``AdapterError`` (adapters), ``CacheBypassed`` (fallback),
-``LayoutError`` (shm.layout), ``ArgumentMismatch`` (arguments_ref), ``ExtensionUnavailable`` (zerocopy),
-``StoreError`` and ``NotSealed`` (server).
+``RuntimeError`` too). ``Unkeyable`` lives here because the key's walk (canon), the file fingerprints and
+the hooks all raise or catch it. The others live beside what raises them: ``PicklingFailed`` (pickling),
+``PatchError`` (patching), ``AdapterError`` (adapters), ``CacheBypassed`` (fallback), ``LayoutError``
+(shm.layout), ``ArgumentMismatch`` (arguments_ref), ``ExtensionUnavailable`` (zerocopy), ``StoreError`` and
+``NotSealed`` (server).
 
 Every message says what happened, why, and what to do, because these reach the user's terminal through
 ``overmind.load`` warnings and the ``overmind`` command.
@@ -39,3 +40,7 @@ class ProtocolMismatch(OvermindError):
 
 class RuntimeDirError(OvermindError):
     """The runtime directory is unsafe (wrong owner or permissions) or cannot be created."""
+
+
+class Unkeyable(OvermindError):
+    """An argument (or the loader) cannot be turned into a stable key; the message says which and why."""

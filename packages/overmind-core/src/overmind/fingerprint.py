@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 
+from .errors import Unkeyable
+
 MAX_FINGERPRINT_FILES = 20_000
 
 
@@ -33,7 +35,5 @@ def fingerprint(path: str) -> tuple:
                 continue
             rows.append((os.path.relpath(full, path),) + _stat_row(fst))
             if len(rows) > MAX_FINGERPRINT_FILES:
-                from .canon import Unkeyable
-
                 raise Unkeyable(f"{path} holds more than {MAX_FINGERPRINT_FILES} files; too many to fingerprint")
     return tuple(rows)

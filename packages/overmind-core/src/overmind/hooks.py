@@ -20,7 +20,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Mapping
 
 from . import adapters, fallback
-from .canon import Unkeyable
+from .errors import Unkeyable
 from .fallback import OvermindWarning
 from .hookspecs import SPECS, Kind, When
 

@@ -9,7 +9,8 @@ vae's weights on every call would cost as much as loading them, so a module or t
   offset, class, device and ``requires_grad``, and its pages untouched since the mapping was made
   (``/proc/self/pagemap``: a private copy-on-write page means it was written);
 - the same module tree (class and ``training`` flag of every submodule);
-- for a module with a ``config``, the same config content.
+- for a module with a ``config``, the same config content (as the function the rebuild passed to
+  :func:`remember_origin` describes it: the key's own description, so this module imports no key code).
 
 ``vae.half()``, ``vae.to("cuda")``, ``p.data.add_(1)``, a replaced parameter, ``vae.train()`` or an edited
 config all end that: the object is then keyed by content, or not at all. Only modules and tensors are
@@ -19,10 +20,12 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any
+from typing import Any, Callable
+
+from .errors import Unkeyable
 
 _lock = threading.Lock()
-_origins: dict[int, tuple[weakref.ref, str, Any]] = {}
+_origins: dict[int, tuple[weakref.ref, str, Any, Callable[[Any], Any]]] = {}
 
 
 class _Changed(Exception):
@@ -35,12 +38,13 @@ def _tensor_row(t: Any) -> tuple:
             t.storage_offset(), t.requires_grad, t.is_conj(), t.is_neg(), str(t.device))
 
 
-def snapshot(obj: Any) -> Any:
+def snapshot(obj: Any, describe_config: Callable[[Any], Any]) -> Any:
     """What :func:`origin_of` compares against later; ``None`` if ``obj`` is not tracked.
 
     A module's snapshot lists, module by module in tree order, the class, ``training``, hook counts, child
     names, and every parameter, buffer and tensor attribute (by name, object and :func:`_tensor_row`). It
     reads the module dicts directly: this runs for every module a load returns (~10 us per module).
+    ``describe_config(config)`` gives a module's config in comparable form, or raises ``Unkeyable``.
     """
     import torch
 
@@ -57,18 +61,16 @@ def snapshot(obj: Any) -> Any:
         loose = tuple((k, id(v), _tensor_row(v)) for k, v in d.items() if isinstance(v, tensor_type))
         rows.append((type(m), m.training, tuple(d["_modules"]), len(d["_forward_hooks"]),
                      len(d["_forward_pre_hooks"]), params, buffers, loose))
-    return ("module", tuple(rows), _config_form(obj))
+    return ("module", tuple(rows), _config_form(obj, describe_config))
 
 
-def _config_form(module: Any) -> Any:
+def _config_form(module: Any, describe_config: Callable[[Any], Any]) -> Any:
     config = getattr(module, "config", None)
     if config is None:
         return None
-    from . import canon, hooks
-
     try:
-        return repr(canon.canon(config, hooks.key_for_value))
-    except canon.Unkeyable:
+        return describe_config(config)
+    except Unkeyable:
         return _Unknown  # compared by identity below: an undescribable config never matches
 
 
@@ -102,9 +104,10 @@ def _still_mapped(shot: Any) -> bool:
     return mappings.all_pristine(ranges)
 
 
-def remember_origin(obj: Any, key: str) -> None:
-    """Record that ``obj`` was just rebuilt from the entry with ``key``. Other objects are not tracked."""
-    shot = snapshot(obj)
+def remember_origin(obj: Any, key: str, describe_config: Callable[[Any], Any]) -> None:
+    """Record that ``obj`` was just rebuilt from the entry with ``key``. Other objects are not tracked.
+    ``describe_config`` describes a module's config, now and in every later :func:`origin_of` check."""
+    shot = snapshot(obj, describe_config)
     if shot is None:
         return
     try:
@@ -112,7 +115,7 @@ def remember_origin(obj: Any, key: str) -> None:
     except TypeError:
         return
     with _lock:
-        _origins[id(obj)] = (ref, key, shot)
+        _origins[id(obj)] = (ref, key, shot, describe_config)
 
 
 def _forget(ident: int, ref) -> None:
@@ -127,9 +130,9 @@ def origin_of(obj: Any) -> str | None:
         rec = _origins.get(id(obj))
     if rec is None or rec[0]() is not obj:
         return None
-    _, key, shot = rec
+    _, key, shot, describe_config = rec
     try:
-        if snapshot(obj) != shot or not _still_mapped(shot):
+        if snapshot(obj, describe_config) != shot or not _still_mapped(shot):
             raise _Changed
     except _Changed:
         return None
