@@ -1,33 +1,20 @@
-"""Shared fixtures for overmind-core tests: a private runtime directory (and its server), sealed memfds, and
-the zero-copy implementation switch (``impl``: every test that takes it runs on ``overmind._C`` and on the
-pure-Python twin; the compiled run is skipped only when the extension does not import here).
+"""Shared fixtures for overmind-core tests: sealed memfds and the zero-copy implementation switch (``impl``:
+every test that takes it runs on ``overmind._C`` and on the pure-Python twin; the compiled run is skipped only
+when the extension does not import here).
 
-``runtime_dir`` gives each test its own short directory under /tmp (Unix socket paths are limited to 108
-bytes), exported as ``OVERMIND_RUNTIME_DIR`` so every client and server the test starts uses it. At
-teardown the directory's server is stopped, and any server process still running for it is killed.
+A private runtime directory and its server is the one fixture every suite uses, ``overmind_runtime`` (from the
+pytest plugin ``overmind.testing``, which adapter authors use too): a short directory under /tmp (Unix socket
+paths are limited to 108 bytes), exported as ``OVERMIND_RUNTIME_DIR`` so every client and server the test
+starts uses it; at teardown its server is stopped and any server process still running for it is killed.
 """
 from __future__ import annotations
 
 import fcntl
 import os
-import shutil
-import tempfile
 
 import pytest
 
 SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK
-
-
-@pytest.fixture
-def runtime_dir(monkeypatch):
-    """A fresh runtime directory, set as ``OVERMIND_RUNTIME_DIR``; its server is stopped afterwards."""
-    path = tempfile.mkdtemp(prefix="om-", dir="/tmp")
-    monkeypatch.setenv("OVERMIND_RUNTIME_DIR", path)
-    try:
-        yield path
-    finally:
-        _stop_servers(path)
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture
@@ -85,9 +72,3 @@ def impl(request, monkeypatch):
     yield request.param
     monkeypatch.undo()
     zerocopy._select()
-
-
-def _stop_servers(path: str) -> None:
-    from overmind.testing import stop_servers
-
-    stop_servers(path)

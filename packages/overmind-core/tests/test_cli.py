@@ -21,10 +21,10 @@ def om(*args: str, check_rc: int | None = 0) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture
-def served(runtime_dir):
+def served(overmind_runtime):
     """A server started with ``overmind serve`` (foreground process), plus a client of it."""
     proc = subprocess.Popen([OVERMIND, "serve"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    sock = os.path.join(runtime_dir, "server.sock")
+    sock = os.path.join(overmind_runtime, "server.sock")
     while not accepts(sock):
         assert proc.poll() is None, proc.communicate()
         os.sched_yield()
@@ -38,10 +38,10 @@ def test_console_script_is_installed():
     assert os.access(OVERMIND, os.X_OK), f"{OVERMIND} missing; run scripts/setup"
 
 
-def test_status_without_a_server_says_so_and_starts_none(runtime_dir):
+def test_status_without_a_server_says_so_and_starts_none(overmind_runtime):
     out = om("status", check_rc=1)
     assert "no server is running" in out.stderr and "overmind serve" in out.stderr
-    assert not os.path.exists(os.path.join(runtime_dir, "server.sock"))
+    assert not os.path.exists(os.path.join(overmind_runtime, "server.sock"))
     assert "no server is running" in om("stop").stdout
 
 
@@ -99,19 +99,19 @@ def test_doctor_brief_prints_one_line_per_check(served):
     assert f"pid {proc.pid}, protocol 1" in out.stdout
 
 
-def test_doctor_does_not_start_a_server_and_reports_fixes(runtime_dir):
+def test_doctor_does_not_start_a_server_and_reports_fixes(overmind_runtime):
     out = om("doctor")
     assert "[ok] server: not running" in out.stdout and "all checks passed" in out.stdout
-    assert not os.path.exists(os.path.join(runtime_dir, "server.sock"))
-    os.chmod(runtime_dir, 0o755)
+    assert not os.path.exists(os.path.join(overmind_runtime, "server.sock"))
+    os.chmod(overmind_runtime, 0o755)
     try:
         bad = om("doctor", check_rc=1)
     finally:
-        os.chmod(runtime_dir, 0o700)
-    assert "[fail] runtime dir" in bad.stdout and f"chmod 700 {runtime_dir}" in bad.stdout
+        os.chmod(overmind_runtime, 0o700)
+    assert "[fail] runtime dir" in bad.stdout and f"chmod 700 {overmind_runtime}" in bad.stdout
 
 
-def test_doctor_flags_a_bad_budget(runtime_dir, monkeypatch):
+def test_doctor_flags_a_bad_budget(overmind_runtime, monkeypatch):
     monkeypatch.setenv("OVERMIND_MAX_BYTES", "much")  # issue 14: a warning, and the default budget is used
     out = om("doctor", "--brief")
     assert any(line.startswith("warn") and "OVERMIND_MAX_BYTES='much'" in line for line in out.stdout.splitlines())

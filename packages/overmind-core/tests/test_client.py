@@ -64,13 +64,13 @@ def test_too_long_socket_path_names_the_fix(tmp_path):
 
 
 # ---- connections -----------------------------------------------------------------------------------------
-def test_no_server_and_no_autostart_says_what_to_do(runtime_dir):
+def test_no_server_and_no_autostart_says_what_to_do(overmind_runtime):
     with pytest.raises(ServerUnavailable, match="overmind serve") as info:
         Client(autostart=False).status()
     assert isinstance(info.value, OvermindError)
 
 
-def test_each_thread_gets_its_own_connection(runtime_dir):
+def test_each_thread_gets_its_own_connection(overmind_runtime):
     c = Client()
     assert c.status()["clients"] == 1
     seen = []
@@ -81,10 +81,10 @@ def test_each_thread_gets_its_own_connection(runtime_dir):
     assert len(c._conns) == 2
     c.close()
     assert c._conns == [], "close() closes every connection of the client"
-    assert c.status()["runtime_dir"] == runtime_dir, "and the client reconnects on the next request"
+    assert c.status()["runtime_dir"] == overmind_runtime, "and the client reconnects on the next request"
 
 
-def test_claim_belongs_to_the_thread_that_got_it(runtime_dir):
+def test_claim_belongs_to_the_thread_that_got_it(overmind_runtime):
     c = Client()
     assert c.get("k").status == "claimed"
     other: list = []
@@ -94,9 +94,9 @@ def test_claim_belongs_to_the_thread_that_got_it(runtime_dir):
     assert other == ["busy"]
 
 
-def test_get_client_is_a_per_process_singleton_per_runtime_dir(runtime_dir, monkeypatch, tmp_path):
+def test_get_client_is_a_per_process_singleton_per_runtime_dir(overmind_runtime, monkeypatch, tmp_path):
     a = get_client()
-    assert get_client() is a and a.runtime_dir == runtime_dir
+    assert get_client() is a and a.runtime_dir == overmind_runtime
     other = tmp_path / "rt"
     monkeypatch.setenv("OVERMIND_RUNTIME_DIR", str(other))
     b = get_client()
@@ -104,7 +104,7 @@ def test_get_client_is_a_per_process_singleton_per_runtime_dir(runtime_dir, monk
     client_mod._clients.pop(str(other)).close()
 
 
-def test_forked_child_opens_its_own_connection(runtime_dir):
+def test_forked_child_opens_its_own_connection(overmind_runtime):
     c = get_client()
     parent_conn = c._connection()
     assert c.status()["clients"] == 1
@@ -124,10 +124,10 @@ def test_forked_child_opens_its_own_connection(runtime_dir):
     os.waitpid(pid, 0)
     assert seen == {"same": True, "clients": 2, "own": True}
     assert c._connection() is parent_conn
-    assert c.status()["runtime_dir"] == runtime_dir, "the parent's connection still works"
+    assert c.status()["runtime_dir"] == overmind_runtime, "the parent's connection still works"
 
 
-def test_get_result_owns_its_fds(runtime_dir, sealed_memfd):
+def test_get_result_owns_its_fds(overmind_runtime, sealed_memfd):
     c = Client()
     c.publish("k", sealed_memfd(b"data"))
     res = c.get("k")
@@ -139,6 +139,6 @@ def test_get_result_owns_its_fds(runtime_dir, sealed_memfd):
         os.fstat(fd)
 
 
-def test_evict_needs_a_key_or_all(runtime_dir):
+def test_evict_needs_a_key_or_all(overmind_runtime):
     with pytest.raises(ValueError):
         Client().evict()

@@ -32,7 +32,7 @@ report({"right": bool(torch.equal(obj, L.expected(7))), "took": time.monotonic()
 
 
 @pytest.mark.parametrize("fork_with", ["os.fork", "multiprocessing"])
-def test_loaders_forked_child_does_not_keep_its_claim(runtime_dir, tmp_path, fork_with):
+def test_loaders_forked_child_does_not_keep_its_claim(overmind_runtime, tmp_path, fork_with):
     loader = fault_procs.start(LOADER, {"GATE_DIR": str(tmp_path), "FORK_WITH": fork_with})
     child = None
     try:

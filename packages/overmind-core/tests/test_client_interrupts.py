@@ -93,7 +93,7 @@ def _env(gates, **kw):
 
 
 @pytest.mark.parametrize("kind", ["alarm", "sigint"])
-def test_interrupted_wait_then_next_loads_return_the_right_objects(runtime_dir, tmp_path, kind):
+def test_interrupted_wait_then_next_loads_return_the_right_objects(overmind_runtime, tmp_path, kind):
     holder = fault_procs.start(HOLDER, _env(tmp_path, N="1", TAG="k1"))
     try:
         assert fault_procs.wait_file(str(tmp_path / "claimed-k1")), fault_procs.finish(holder, 1)
@@ -110,7 +110,7 @@ def test_interrupted_wait_then_next_loads_return_the_right_objects(runtime_dir, 
 
 
 @pytest.mark.parametrize("kind", ["alarm", "sigint"])
-def test_interrupted_waiter_leaves_no_claim_for_others_to_wait_on(runtime_dir, tmp_path, kind):
+def test_interrupted_waiter_leaves_no_claim_for_others_to_wait_on(overmind_runtime, tmp_path, kind):
     holder = fault_procs.start(HOLDER, _env(tmp_path, N="3", TAG="t3", GATED_FAIL="1"))
     victim = None
     try:

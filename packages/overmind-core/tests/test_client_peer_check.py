@@ -144,13 +144,13 @@ def _listen_as_nobody(sock_path: str) -> tuple[int, int]:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the impostor as another user")
 @pytest.mark.parametrize("socket_owner", ["theirs", "chowned to us"])
-def test_a_load_refuses_a_server_of_another_user_with_one_warning(runtime_dir, socket_owner):
-    sock_path = os.path.join(runtime_dir, "server.sock")
-    os.chmod(runtime_dir, 0o777)  # only while the impostor binds: then the directory looks right again
+def test_a_load_refuses_a_server_of_another_user_with_one_warning(overmind_runtime, socket_owner):
+    sock_path = os.path.join(overmind_runtime, "server.sock")
+    os.chmod(overmind_runtime, 0o777)  # only while the impostor binds: then the directory looks right again
     try:
         pid, heard = _listen_as_nobody(sock_path)
     finally:
-        os.chmod(runtime_dir, 0o700)
+        os.chmod(overmind_runtime, 0o700)
     try:
         if socket_owner == "chowned to us":
             os.chown(sock_path, os.getuid(), os.getgid())  # the file check passes: only SO_PEERCRED can tell

@@ -42,11 +42,11 @@ def _load(n):
     return obj, warned, time.monotonic() - t0
 
 
-def test_a_stopped_server_costs_a_load_one_bounded_timeout(runtime_dir, monkeypatch):
+def test_a_stopped_server_costs_a_load_one_bounded_timeout(overmind_runtime, monkeypatch):
     monkeypatch.setenv("OVERMIND_REPLY_TIMEOUT", "1")
     first, warned, _ = _load(5)  # publishes; this process now holds a connection
     assert not warned and overmind_mapped(first.data_ptr())
-    (pid,) = server_pids(runtime_dir)
+    (pid,) = server_pids(overmind_runtime)
     os.kill(pid, signal.SIGSTOP)
     try:
         obj, warned, took = _load(5)  # on the connection this process already has
@@ -63,7 +63,7 @@ def test_a_stopped_server_costs_a_load_one_bounded_timeout(runtime_dir, monkeypa
     assert not warned and overmind_mapped(again.data_ptr()) and torch.equal(again, L.expected(5))
     fresh = fault_procs.run(FRESH_LOAD, timeout=60)
     assert fresh["right"] and fresh["mapped"] and fresh["warned"] == [], fresh
-    assert server_pids(runtime_dir) == [pid]
+    assert server_pids(overmind_runtime) == [pid]
 
 
 HOLDER = """
@@ -90,7 +90,7 @@ report({"took": time.monotonic() - t0, "right": bool(torch.equal(obj, L.expected
 """
 
 
-def test_a_server_stopped_while_a_load_waits_costs_the_wait_timeout_plus_one_reply(runtime_dir, tmp_path):
+def test_a_server_stopped_while_a_load_waits_costs_the_wait_timeout_plus_one_reply(overmind_runtime, tmp_path):
     env = {"GATE_DIR": str(tmp_path), "OVERMIND_REPLY_TIMEOUT": "1", "OVERMIND_WAIT_TIMEOUT": "2"}
     holder = fault_procs.start(HOLDER, env)
     pid = None
@@ -102,7 +102,7 @@ def test_a_server_stopped_while_a_load_waits_costs_the_wait_timeout_plus_one_rep
         waiter = fault_procs.start(WAITER, {**env, "GATE_DIR": str(own_gates)})
         assert fault_procs.wait_file(str(own_gates / "waiter-start"))
         time.sleep(0.5)  # the waiter is now parked on the claim
-        (pid,) = server_pids(runtime_dir)
+        (pid,) = server_pids(overmind_runtime)
         os.kill(pid, signal.SIGSTOP)
         seen = fault_procs.finish(waiter, timeout=30)
     finally:

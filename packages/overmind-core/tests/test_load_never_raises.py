@@ -52,26 +52,26 @@ def _case(env, expect_in_warning, expect_in_doctor):
 
 
 @pytest.mark.parametrize("executable", ["/nonexistent/python3", "/etc/hostname"])
-def test_an_interpreter_that_cannot_run_falls_back(runtime_dir, executable):
+def test_an_interpreter_that_cannot_run_falls_back(overmind_runtime, executable):
     seen = _case({"CASE_EXECUTABLE": executable}, executable, "[fail] server: cannot start one: ")
     assert executable in seen["doctor"].split("[fail] server: cannot start one: ")[1].splitlines()[0]
 
 
-def test_a_directory_at_spawn_lock_falls_back(runtime_dir):
-    os.mkdir(os.path.join(runtime_dir, "spawn.lock"))
-    lock = os.path.join(runtime_dir, "spawn.lock")
+def test_a_directory_at_spawn_lock_falls_back(overmind_runtime):
+    os.mkdir(os.path.join(overmind_runtime, "spawn.lock"))
+    lock = os.path.join(overmind_runtime, "spawn.lock")
     _case({}, f"{lock} is a directory", f"[fail] runtime dir: {lock} is a directory")
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="root ignores directory permissions; run as nobody needs root")
-def test_a_runtime_dir_this_user_cannot_write_falls_back(runtime_dir):
-    os.chown(runtime_dir, NOBODY, NOBODY)
-    os.chmod(runtime_dir, 0o500)  # private to nobody, and read-only to it
-    _case({"CASE_AS_NOBODY": "1"}, "cannot create", f"[fail] runtime dir: cannot create {runtime_dir}/")
+def test_a_runtime_dir_this_user_cannot_write_falls_back(overmind_runtime):
+    os.chown(overmind_runtime, NOBODY, NOBODY)
+    os.chmod(overmind_runtime, 0o500)  # private to nobody, and read-only to it
+    _case({"CASE_AS_NOBODY": "1"}, "cannot create", f"[fail] runtime dir: cannot create {overmind_runtime}/")
 
 
 @pytest.mark.parametrize("name", ["OVERMIND_WAIT_TIMEOUT", "OVERMIND_REPLY_TIMEOUT", "OVERMIND_SERVER_START_TIMEOUT"])
-def test_a_bad_setting_warns_once_and_the_load_uses_the_default(runtime_dir, name):
+def test_a_bad_setting_warns_once_and_the_load_uses_the_default(overmind_runtime, name):
     # Issue 14: a bad setting is no failure (overmind.settings): one warning, the default, a cached load.
     seen = fault_procs.run(CASE, {name: "abc"}, timeout=90)
     assert seen.get("loaded") is True and len(seen["warned"]) == 1, seen

@@ -43,7 +43,7 @@ report({"before": before, "after": after, "opens": opens, "wrong": wrong,
 
 
 @pytest.mark.parametrize("impl_name", ["c", "python"])
-def test_2000_loaded_objects_under_ulimit_256(runtime_dir, impl_name, extension_problem):
+def test_2000_loaded_objects_under_ulimit_256(overmind_runtime, impl_name, extension_problem):
     if impl_name == "c" and extension_problem:
         pytest.skip(f"overmind._C does not import here ({extension_problem})")
     ensure_server()  # the server starts here, outside the child's fd limit

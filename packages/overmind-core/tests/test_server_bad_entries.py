@@ -25,7 +25,7 @@ def _read(fd: int) -> bytes:
         return m[:]
 
 
-def test_a_bad_entry_is_no_longer_served_and_the_key_is_claimed_again(runtime_dir, sealed_memfd):
+def test_a_bad_entry_is_no_longer_served_and_the_key_is_claimed_again(overmind_runtime, sealed_memfd):
     c = Client()
     bad = c.publish("k", sealed_memfd(b"corrupt"))
     held = c.get("k", claim=False)
@@ -40,11 +40,11 @@ def test_a_bad_entry_is_no_longer_served_and_the_key_is_claimed_again(runtime_di
     held.close()
     st = c.status()
     assert st["entries"] == 1 and st["bytes"] == len(b"good"), "the bad entry's memory is freed"
-    with open(os.path.join(runtime_dir, "server.log")) as f:
+    with open(os.path.join(overmind_runtime, "server.log")) as f:
         assert f"marked {bad} bad" in f.read()
 
 
-def test_a_stale_report_does_not_touch_the_current_entry(runtime_dir, sealed_memfd):
+def test_a_stale_report_does_not_touch_the_current_entry(overmind_runtime, sealed_memfd):
     c = Client()
     first = c.publish("k", sealed_memfd(b"one"))
     assert c.mark_bad("k", first) is True
@@ -54,7 +54,7 @@ def test_a_stale_report_does_not_touch_the_current_entry(runtime_dir, sealed_mem
     assert c.get("k", claim=False).entry["entry_id"] == second
 
 
-def test_a_bad_entry_referenced_by_another_stays_until_that_one_goes(runtime_dir, sealed_memfd):
+def test_a_bad_entry_referenced_by_another_stays_until_that_one_goes(overmind_runtime, sealed_memfd):
     c = Client()
     base = c.publish("base", sealed_memfd(b"base"))
     top = c.publish("top", sealed_memfd(b"top"), deps=[base])

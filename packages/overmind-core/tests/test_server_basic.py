@@ -39,7 +39,7 @@ def _raw_connect(runtime_dir: str) -> socket.socket:
     return sock
 
 
-def test_claim_publish_then_another_process_hits(runtime_dir, sealed_memfd):
+def test_claim_publish_then_another_process_hits(overmind_runtime, sealed_memfd):
     c = Client()
     assert c.get("model-a").status == "claimed"
     entry_id = c.publish("model-a", sealed_memfd(b"weights of a"), meta={"loader": "test.loader"})
@@ -53,27 +53,27 @@ def test_claim_publish_then_another_process_hits(runtime_dir, sealed_memfd):
     assert seen["data"] == "weights of a"
 
 
-def test_get_without_claim_is_a_miss_and_claims_nothing(runtime_dir):
+def test_get_without_claim_is_a_miss_and_claims_nothing(overmind_runtime):
     a, b = Client(), Client()
     assert a.get("k", claim=False).status == "miss"
     assert b.get("k").status == "claimed", "a miss must not leave a claim behind"
 
 
-def test_busy_when_not_waiting_or_timed_out(runtime_dir):
+def test_busy_when_not_waiting_or_timed_out(overmind_runtime):
     a, b = Client(), Client()
     assert a.get("k").status == "claimed"
     assert b.get("k", wait=False).status == "busy"
     assert b.get("k", timeout=0.05).status == "busy"
 
 
-def test_same_connection_asking_again_keeps_its_claim(runtime_dir):
+def test_same_connection_asking_again_keeps_its_claim(overmind_runtime):
     # A nested load of the key being loaded must not wait for itself.
     c = Client()
     assert c.get("k").status == "claimed"
     assert c.get("k").status == "claimed"
 
 
-def test_unsealed_or_partly_sealed_memfd_is_refused(runtime_dir, sealed_memfd):
+def test_unsealed_or_partly_sealed_memfd_is_refused(overmind_runtime, sealed_memfd):
     import fcntl
 
     c = Client()
@@ -86,7 +86,7 @@ def test_unsealed_or_partly_sealed_memfd_is_refused(runtime_dir, sealed_memfd):
     assert c.ls() == []
 
 
-def test_a_regular_file_is_refused_as_not_a_memfd(runtime_dir, tmp_path):
+def test_a_regular_file_is_refused_as_not_a_memfd(overmind_runtime, tmp_path):
     c = Client()
     with open(tmp_path / "f", "wb+") as f:
         f.write(b"data")
@@ -96,7 +96,7 @@ def test_a_regular_file_is_refused_as_not_a_memfd(runtime_dir, tmp_path):
     assert info.value.reason == "not sealed"
 
 
-def test_publish_leaves_the_callers_fd_open_and_second_publish_returns_the_first(runtime_dir, sealed_memfd):
+def test_publish_leaves_the_callers_fd_open_and_second_publish_returns_the_first(overmind_runtime, sealed_memfd):
     c = Client()
     fd1, fd2 = sealed_memfd(b"one"), sealed_memfd(b"two")
     first = c.publish("k", fd1)
@@ -108,7 +108,7 @@ def test_publish_leaves_the_callers_fd_open_and_second_publish_returns_the_first
     assert len(c.ls()) == 1
 
 
-def test_entry_ids_are_unique_per_publish(runtime_dir, sealed_memfd):
+def test_entry_ids_are_unique_per_publish(overmind_runtime, sealed_memfd):
     c = Client()
     first = c.publish("same-long-key-prefix-1", sealed_memfd(b"a"))
     c.evict("same-long-key-prefix-1")
@@ -117,7 +117,7 @@ def test_entry_ids_are_unique_per_publish(runtime_dir, sealed_memfd):
     assert len({first, second, third}) == 3
 
 
-def test_hit_carries_entry_fd_first_then_transitive_deps(runtime_dir, sealed_memfd):
+def test_hit_carries_entry_fd_first_then_transitive_deps(overmind_runtime, sealed_memfd):
     c = Client()
     base = c.publish("base", sealed_memfd(b"base"))
     mid = c.publish("mid", sealed_memfd(b"mid"), deps=[base])
@@ -129,14 +129,14 @@ def test_hit_carries_entry_fd_first_then_transitive_deps(runtime_dir, sealed_mem
     hit.close()
 
 
-def test_publish_with_a_missing_dep_is_refused(runtime_dir, sealed_memfd):
+def test_publish_with_a_missing_dep_is_refused(overmind_runtime, sealed_memfd):
     c = Client()
     with pytest.raises(ServerError, match="not .*cached") as info:
         c.publish("k", sealed_memfd(b"x"), deps=["nope-1"])
     assert info.value.reason == "dep missing"
 
 
-def test_fds_op_returns_fds_in_order_and_refuses_unknown_ids(runtime_dir, sealed_memfd):
+def test_fds_op_returns_fds_in_order_and_refuses_unknown_ids(overmind_runtime, sealed_memfd):
     c = Client()
     a = c.publish("a", sealed_memfd(b"A"))
     b = c.publish("b", sealed_memfd(b"B"))
@@ -149,7 +149,7 @@ def test_fds_op_returns_fds_in_order_and_refuses_unknown_ids(runtime_dir, sealed
         c.fds([a, "gone-7"])
 
 
-def test_ls_reports_hits_meta_deps_and_referents(runtime_dir, sealed_memfd):
+def test_ls_reports_hits_meta_deps_and_referents(overmind_runtime, sealed_memfd):
     c = Client()
     base = c.publish("base", sealed_memfd(b"12345"), meta={"loader": "L", "summary": "s"})
     top = c.publish("top", sealed_memfd(b"x"), deps=[base])
@@ -162,22 +162,22 @@ def test_ls_reports_hits_meta_deps_and_referents(runtime_dir, sealed_memfd):
     assert rows["top"]["deps"] == [base]
 
 
-def test_status_fields_and_the_server_never_imports_torch(runtime_dir, sealed_memfd):
+def test_status_fields_and_the_server_never_imports_torch(overmind_runtime, sealed_memfd):
     c = Client()
     c.publish("k", sealed_memfd(b"x" * 100))
     c.get("k").close()
     st = c.status()
     assert st["torch_imported"] is False
     assert st["protocol"] == 1 and st["entries"] == 1 and st["bytes"] == 100
-    assert st["runtime_dir"] == runtime_dir and st["clients"] == 1
+    assert st["runtime_dir"] == overmind_runtime and st["clients"] == 1
     assert {"pid", "uptime", "version", "max_bytes"} <= set(st)
     with open(f"/proc/{st['pid']}/maps") as f:
         assert "torch" not in f.read()
 
 
-def test_protocol_mismatch_is_refused_and_the_connection_closed(runtime_dir):
+def test_protocol_mismatch_is_refused_and_the_connection_closed(overmind_runtime):
     Client().status()  # start the server
-    sock = _raw_connect(runtime_dir)
+    sock = _raw_connect(overmind_runtime)
     try:
         send_message(sock, {"op": "hello", "protocol": 999, "pid": os.getpid(), "version": "9"})
         reply, _ = recv_message(sock)
@@ -189,16 +189,16 @@ def test_protocol_mismatch_is_refused_and_the_connection_closed(runtime_dir):
         sock.close()
 
 
-def test_client_raises_protocol_mismatch(runtime_dir, monkeypatch):
+def test_client_raises_protocol_mismatch(overmind_runtime, monkeypatch):
     Client().status()
     monkeypatch.setattr(client_mod, "PROTOCOL_VERSION", 999)
     with pytest.raises(ProtocolMismatch, match="protocol 999"):
         Client().status()
 
 
-def test_first_request_must_be_hello(runtime_dir):
+def test_first_request_must_be_hello(overmind_runtime):
     Client().status()
-    sock = _raw_connect(runtime_dir)
+    sock = _raw_connect(overmind_runtime)
     try:
         send_message(sock, {"op": "status"})
         reply, _ = recv_message(sock)
@@ -207,7 +207,7 @@ def test_first_request_must_be_hello(runtime_dir):
         sock.close()
 
 
-def test_bad_requests_get_errors_and_the_connection_survives(runtime_dir, sealed_memfd):
+def test_bad_requests_get_errors_and_the_connection_survives(overmind_runtime, sealed_memfd):
     c = Client()
     with pytest.raises(ServerError, match="unknown op") as info:
         c._request({"op": "frobnicate"})

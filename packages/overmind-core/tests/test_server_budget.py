@@ -12,7 +12,7 @@ K = 1024
 
 
 @pytest.fixture
-def client(runtime_dir, monkeypatch):
+def client(overmind_runtime, monkeypatch):
     """A client whose freshly started server has a 40 KiB budget (room for two 16 KiB entries)."""
     monkeypatch.setenv("OVERMIND_MAX_BYTES", "40K")
     c = Client()

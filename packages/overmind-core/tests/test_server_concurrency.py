@@ -54,7 +54,7 @@ def _read(fd: int) -> bytes:
         return m[:]
 
 
-def test_64_concurrent_clients_each_hello_get_and_publish_or_hit(runtime_dir, sealed_memfd):
+def test_64_concurrent_clients_each_hello_get_and_publish_or_hit(overmind_runtime, sealed_memfd):
     n, keys = 64, 8
     client = Client()  # shared: each thread gets its own connection
     client.status()
@@ -101,7 +101,7 @@ def test_64_concurrent_clients_each_hello_get_and_publish_or_hit(runtime_dir, se
     assert client.status()["entries"] == keys
 
 
-def test_singleflight_across_processes_one_claims_the_rest_hit(runtime_dir):
+def test_singleflight_across_processes_one_claims_the_rest_hit(overmind_runtime):
     n = 8
     Client().status()
     procs = [_spawn("one-key", f"waiters={n - 1}") for _ in range(n)]
@@ -118,7 +118,7 @@ def test_singleflight_across_processes_one_claims_the_rest_hit(runtime_dir):
     assert {ls[1]["data"] for ls in others} == {payload}
 
 
-def test_claimer_killed_mid_load_releases_its_claim_to_a_waiter(runtime_dir):
+def test_claimer_killed_mid_load_releases_its_claim_to_a_waiter(overmind_runtime):
     watcher = Client()
     watcher.status()
     claimer = _spawn("k", "hang")
@@ -137,11 +137,11 @@ def test_claimer_killed_mid_load_releases_its_claim_to_a_waiter(runtime_dir):
     assert hit.status == "hit" and hit.entry["entry_id"] == second["published"]
     assert _read(hit.fds[second["published"]]) == f"payload-{first['pid']}".encode()
     hit.close()
-    with open(os.path.join(runtime_dir, "server.log")) as f:
+    with open(os.path.join(overmind_runtime, "server.log")) as f:
         assert f"pid {claimer.pid}) closed holding claims on 1 keys" in f.read()
 
 
-def test_release_hands_the_claim_to_one_waiter(runtime_dir, sealed_memfd):
+def test_release_hands_the_claim_to_one_waiter(overmind_runtime, sealed_memfd):
     loader, watcher = Client(), Client()
     assert loader.get("k").status == "claimed"
     got: dict = {}
@@ -163,7 +163,7 @@ def test_release_hands_the_claim_to_one_waiter(runtime_dir, sealed_memfd):
     assert loader.release("k") is False, "the claim is gone; releasing again does nothing"
 
 
-def test_waiter_with_timeout_gets_busy_and_the_claim_stays(runtime_dir):
+def test_waiter_with_timeout_gets_busy_and_the_claim_stays(overmind_runtime):
     loader, other = Client(), Client()
     assert loader.get("k").status == "claimed"
     assert other.get("k", timeout=0.1).status == "busy"

@@ -22,10 +22,10 @@ def _kill_server(runtime_dir: str) -> None:
         os.sched_yield()
 
 
-def test_the_same_key_published_in_two_servers_gets_two_ids(runtime_dir, sealed_memfd):
+def test_the_same_key_published_in_two_servers_gets_two_ids(overmind_runtime, sealed_memfd):
     c = Client()
     old = c.publish("same-key", sealed_memfd(b"from A"))
-    _kill_server(runtime_dir)
+    _kill_server(overmind_runtime)
     new = c.publish("same-key", sealed_memfd(b"from B"))
     assert new != old
     with pytest.raises(ServerError, match="not cached"):

@@ -59,11 +59,11 @@ def _as_nobody(sock_path: str) -> dict:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a client as another user")
-def test_client_of_another_uid_is_refused(runtime_dir):
+def test_client_of_another_uid_is_refused(overmind_runtime):
     c = Client()
     c.status()
-    sock = os.path.join(runtime_dir, "server.sock")
-    assert os.stat(runtime_dir).st_mode & 0o777 == 0o700
+    sock = os.path.join(overmind_runtime, "server.sock")
+    assert os.stat(overmind_runtime).st_mode & 0o777 == 0o700
     assert os.stat(sock).st_mode & 0o777 == 0o600
 
     # First line of defence: the 0700 runtime directory keeps other users from reaching the socket at all.
@@ -71,37 +71,37 @@ def test_client_of_another_uid_is_refused(runtime_dir):
 
     # Second line: open the directory and socket up (a misconfiguration) and the server still refuses by
     # SO_PEERCRED, closing the connection without a reply and logging why.
-    os.chmod(runtime_dir, 0o711)
+    os.chmod(overmind_runtime, 0o711)
     os.chmod(sock, 0o666)
     try:
         seen = _as_nobody(sock)
     finally:
         os.chmod(sock, 0o600)
-        os.chmod(runtime_dir, 0o700)
+        os.chmod(overmind_runtime, 0o700)
     assert seen["connect"] == "ok"
     assert seen.get("closed") in ("ConnectionClosed", "BrokenPipeError"), seen
-    with open(os.path.join(runtime_dir, "server.log")) as f:
+    with open(os.path.join(overmind_runtime, "server.log")) as f:
         assert f"refused connection from pid {seen['pid']}: it runs as uid {NOBODY}" in f.read()
     assert c.status()["clients"] == 1, "the refused peer never counts as a client"
 
 
-def test_second_server_for_the_same_dir_exits_with_a_clear_message(runtime_dir):
+def test_second_server_for_the_same_dir_exits_with_a_clear_message(overmind_runtime):
     first = Client().status()["pid"]
-    out = subprocess.run([sys.executable, "-m", "overmind.server", "--runtime-dir", runtime_dir],
+    out = subprocess.run([sys.executable, "-m", "overmind.server", "--runtime-dir", overmind_runtime],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 3
-    assert f"another server (pid {first}) already serves {runtime_dir}" in out.stderr
+    assert f"another server (pid {first}) already serves {overmind_runtime}" in out.stderr
     assert "overmind stop" in out.stderr
     assert Client().status()["pid"] == first, "the running server is untouched and keeps its socket"
 
 
-def test_stop_removes_the_socket_and_a_later_request_starts_a_new_server(runtime_dir, sealed_memfd):
+def test_stop_removes_the_socket_and_a_later_request_starts_a_new_server(overmind_runtime, sealed_memfd):
     c = Client()
     c.publish("k", sealed_memfd(b"x"))
     first = c.status()["pid"]
     assert c.stop() == {"pid": first}
-    sock = os.path.join(runtime_dir, "server.sock")
-    assert not os.path.exists(sock) and server_lock_free(runtime_dir)
+    sock = os.path.join(overmind_runtime, "server.sock")
+    assert not os.path.exists(sock) and server_lock_free(overmind_runtime)
     with pytest.raises(ServerUnavailable, match="overmind serve"):
         Client(autostart=False).status()
     with pytest.raises(ServerUnavailable):
@@ -110,40 +110,40 @@ def test_stop_removes_the_socket_and_a_later_request_starts_a_new_server(runtime
     assert st["pid"] != first and st["entries"] == 0
 
 
-def test_killed_server_is_replaced_and_the_client_reconnects(runtime_dir, sealed_memfd):
+def test_killed_server_is_replaced_and_the_client_reconnects(overmind_runtime, sealed_memfd):
     c = Client()
     c.publish("k", sealed_memfd(b"x"))
     first = c.status()["pid"]
     os.kill(first, signal.SIGKILL)
-    while not server_lock_free(runtime_dir):  # the kernel drops the lock when the process dies
+    while not server_lock_free(overmind_runtime):  # the kernel drops the lock when the process dies
         os.sched_yield()
-    assert os.path.exists(os.path.join(runtime_dir, "server.sock")), "a stale socket file is left behind"
+    assert os.path.exists(os.path.join(overmind_runtime, "server.sock")), "a stale socket file is left behind"
     res = c.get("k")  # the old connection is broken: reconnect once, starting a new server
     assert res.status == "claimed"
     assert c.status()["pid"] != first
 
 
-def test_sigterm_stops_the_server_cleanly(runtime_dir):
+def test_sigterm_stops_the_server_cleanly(overmind_runtime):
     pid = Client().status()["pid"]
     os.kill(pid, signal.SIGTERM)
-    while not server_lock_free(runtime_dir):
+    while not server_lock_free(overmind_runtime):
         os.sched_yield()
-    assert not os.path.exists(os.path.join(runtime_dir, "server.sock"))
-    with open(os.path.join(runtime_dir, "server.log")) as f:
+    assert not os.path.exists(os.path.join(overmind_runtime, "server.sock"))
+    with open(os.path.join(overmind_runtime, "server.log")) as f:
         assert "stopping: signal SIGTERM" in f.read()
 
 
-def test_failed_start_raises_server_unavailable_with_the_log_tail(runtime_dir, monkeypatch):
+def test_failed_start_raises_server_unavailable_with_the_log_tail(overmind_runtime, monkeypatch):
     monkeypatch.setenv("PYTHONHOME", "/nonexistent")  # the server's interpreter cannot start (a bad setting no longer stops it)
     with pytest.raises(ServerUnavailable) as info:
         Client().status()
     msg = str(info.value)
     assert "exited with status 1" in msg and "No module named 'encodings'" in msg
     assert "overmind serve" in msg
-    assert not accepts(os.path.join(runtime_dir, "server.sock"))
+    assert not accepts(os.path.join(overmind_runtime, "server.sock"))
 
 
-def test_many_clients_racing_to_start_the_server_start_exactly_one(runtime_dir):
+def test_many_clients_racing_to_start_the_server_start_exactly_one(overmind_runtime):
     script = "from overmind.client import Client; print(Client().status()['pid'])"
     procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
              for _ in range(6)]

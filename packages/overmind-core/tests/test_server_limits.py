@@ -60,7 +60,7 @@ def _can_use_pids_cgroup() -> bool:
 
 
 @pytest.mark.skipif(not _can_use_pids_cgroup(), reason="needs a writable cgroup-v1 pids controller")
-def test_server_in_a_pids_cgroup_serves_many_connections_and_keeps_its_entries(runtime_dir, sealed_memfd):
+def test_server_in_a_pids_cgroup_serves_many_connections_and_keeps_its_entries(overmind_runtime, sealed_memfd):
     group = os.path.join(PIDS_CGROUP, f"om-test-{os.getpid()}")
     os.mkdir(group)
     try:
@@ -71,10 +71,10 @@ def test_server_in_a_pids_cgroup_serves_many_connections_and_keeps_its_entries(r
             with open(os.path.join(group, "cgroup.procs"), "w") as f:
                 f.write(str(os.getpid()))
 
-        server = subprocess.Popen([sys.executable, "-m", "overmind.server", "--runtime-dir", runtime_dir],
+        server = subprocess.Popen([sys.executable, "-m", "overmind.server", "--runtime-dir", overmind_runtime],
                                   preexec_fn=enter_group, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            sock = os.path.join(runtime_dir, "server.sock")
+            sock = os.path.join(overmind_runtime, "server.sock")
             deadline = time.monotonic() + 10
             while not accepts(sock) and time.monotonic() < deadline:
                 time.sleep(0.02)
@@ -96,9 +96,9 @@ def test_server_in_a_pids_cgroup_serves_many_connections_and_keeps_its_entries(r
         os.rmdir(group)
 
 
-def test_idle_connections_cost_no_thread(runtime_dir):
+def test_idle_connections_cost_no_thread(overmind_runtime):
     pid = Client().status()["pid"]
-    socks = [_hello(runtime_dir) for _ in range(200)]
+    socks = [_hello(overmind_runtime) for _ in range(200)]
     try:
         assert Client().status()["clients"] >= 200
         assert _proc_field(pid, "Threads") <= 2, "one thread per connection"
@@ -107,23 +107,23 @@ def test_idle_connections_cost_no_thread(runtime_dir):
             s.close()
 
 
-def test_a_peer_that_never_says_hello_is_dropped(runtime_dir, monkeypatch):
+def test_a_peer_that_never_says_hello_is_dropped(overmind_runtime, monkeypatch):
     monkeypatch.setenv("OVERMIND_HELLO_TIMEOUT", "0.5")
     Client().status()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect(os.path.join(runtime_dir, "server.sock"))
+    sock.connect(os.path.join(overmind_runtime, "server.sock"))
     try:
         assert _closed_by_server(sock, within=5)
     finally:
         sock.close()
 
 
-def test_idle_connection_is_closed_but_one_holding_a_claim_is_not_and_clients_reconnect(runtime_dir, monkeypatch):
+def test_idle_connection_is_closed_but_one_holding_a_claim_is_not_and_clients_reconnect(overmind_runtime, monkeypatch):
     monkeypatch.setenv("OVERMIND_IDLE_TIMEOUT", "0.5")
     c = Client()
     first_pid = c.status()["pid"]
-    idle = _hello(runtime_dir)
-    claimer = _hello(runtime_dir)
+    idle = _hello(overmind_runtime)
+    claimer = _hello(overmind_runtime)
     send_message(claimer, {"op": "get", "key": "held", "claim": True, "wait": False})
     assert recv_message(claimer)[0]["status"] == "claimed"
     try:
@@ -135,19 +135,19 @@ def test_idle_connection_is_closed_but_one_holding_a_claim_is_not_and_clients_re
         # The client's own persistent connection was closed as idle too: its next request reconnects.
         st = c.status()
         assert st["pid"] == first_pid
-        with open(os.path.join(runtime_dir, "server.log")) as f:
+        with open(os.path.join(overmind_runtime, "server.log")) as f:
             assert "idle" in f.read()
     finally:
         idle.close()
         claimer.close()
 
 
-def test_announced_frames_are_not_allocated_and_stalled_ones_are_dropped(runtime_dir, monkeypatch):
+def test_announced_frames_are_not_allocated_and_stalled_ones_are_dropped(overmind_runtime, monkeypatch):
     monkeypatch.setenv("OVERMIND_FRAME_TIMEOUT", "2")
     pid = Client().status()["pid"]
     before = _proc_field(pid, "VmRSS")
-    huge = [_hello(runtime_dir) for _ in range(8)]  # the 8 x 64 MiB
-    stalled = [_hello(runtime_dir) for _ in range(8)]  # frames a control message may have, never finished
+    huge = [_hello(overmind_runtime) for _ in range(8)]  # the 8 x 64 MiB
+    stalled = [_hello(overmind_runtime) for _ in range(8)]  # frames a control message may have, never finished
     socks = huge + stalled
     try:
         for s in huge:
@@ -166,24 +166,24 @@ def test_announced_frames_are_not_allocated_and_stalled_ones_are_dropped(runtime
             s.close()
 
 
-def test_frames_above_the_request_limit_are_refused(runtime_dir):
+def test_frames_above_the_request_limit_are_refused(overmind_runtime):
     Client().status()
-    sock = _hello(runtime_dir)
+    sock = _hello(overmind_runtime)
     try:
         sock.sendall(struct.pack(">I", 8 * 1024 * 1024) + b"{")
         assert _closed_by_server(sock, within=5)
-        with open(os.path.join(runtime_dir, "server.log")) as f:
+        with open(os.path.join(overmind_runtime, "server.log")) as f:
             assert "8388608-byte frame" in f.read()
     finally:
         sock.close()
     assert Client().status()["clients"] == 1
 
 
-def test_buffered_bytes_are_bounded_in_total(runtime_dir):
+def test_buffered_bytes_are_bounded_in_total(overmind_runtime):
     pid = Client().status()["pid"]
     before = _proc_field(pid, "VmRSS")
     frame = 1024 * 1024 - 64  # under the per-frame limit
-    socks = [_hello(runtime_dir) for _ in range(96)]
+    socks = [_hello(overmind_runtime) for _ in range(96)]
     for s in socks:
         s.setblocking(False)
     pending = {s: struct.pack(">I", frame) + b"[" + b" " * (frame - 2) for s in socks}  # one byte short

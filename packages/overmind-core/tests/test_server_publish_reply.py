@@ -7,7 +7,7 @@ import os
 from overmind.client import Client
 
 
-def test_publish_replies_with_the_entry_and_the_fds_of_its_dependencies(runtime_dir, sealed_memfd):
+def test_publish_replies_with_the_entry_and_the_fds_of_its_dependencies(overmind_runtime, sealed_memfd):
     c = Client()
     base = c.publish("base", sealed_memfd(b"base"))
     res = c.publish_hit("top", sealed_memfd(b"top"), deps=[base], meta={"loader": "L"})
@@ -21,7 +21,7 @@ def test_publish_replies_with_the_entry_and_the_fds_of_its_dependencies(runtime_
     assert {r["key"]: r["hits"] for r in c.ls()} == {"base": 0, "top": 0}
 
 
-def test_a_second_publish_of_a_key_replies_with_the_entry_already_serving_it(runtime_dir, sealed_memfd):
+def test_a_second_publish_of_a_key_replies_with_the_entry_already_serving_it(overmind_runtime, sealed_memfd):
     c = Client()
     first = c.publish_hit("k", sealed_memfd(b"first"))
     second = c.publish_hit("k", sealed_memfd(b"second"))

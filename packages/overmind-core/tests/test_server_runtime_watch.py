@@ -15,7 +15,7 @@ from overmind.launcher import server_pids
 
 
 @pytest.fixture
-def served(runtime_dir, sealed_memfd, monkeypatch):
+def served(overmind_runtime, sealed_memfd, monkeypatch):
     """A running server holding one entry ``k``; ``(pid, entry_id)``. A start that takes more than 5 s fails
     (the old behaviour was a 15 s wait and an uncached load)."""
     monkeypatch.setenv("OVERMIND_SERVER_START_TIMEOUT", "5")
@@ -45,9 +45,9 @@ def _replace_with_file(path: str) -> None:
 
 
 @pytest.mark.parametrize("cleaner", [os.unlink, _replace_with_file], ids=["removed", "replaced-by-a-file"])
-def test_socket_removed_or_replaced_is_recreated_within_a_second(served, runtime_dir, cleaner):
+def test_socket_removed_or_replaced_is_recreated_within_a_second(served, overmind_runtime, cleaner):
     pid, entry_id = served
-    sock = os.path.join(runtime_dir, "server.sock")
+    sock = os.path.join(overmind_runtime, "server.sock")
     cleaner(sock)
     took, st, res = _first_request_time()
     assert st["pid"] == pid, "the same server keeps serving, with its entries"
@@ -55,48 +55,48 @@ def test_socket_removed_or_replaced_is_recreated_within_a_second(served, runtime
     assert took < 1.0, f"a client waited {took:.2f} s for the socket to come back"
     mode = os.lstat(sock).st_mode
     assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o600
-    with open(os.path.join(runtime_dir, "server.log")) as f:
+    with open(os.path.join(overmind_runtime, "server.log")) as f:
         assert "re-created the socket" in f.read()
 
 
-def test_every_file_removed_by_a_cleaner_recovers_with_one_server(served, runtime_dir):
+def test_every_file_removed_by_a_cleaner_recovers_with_one_server(served, overmind_runtime):
     """Socket, lock files and log gone (systemd-tmpfiles on /tmp): one server serves afterwards, quickly."""
     pid, _ = served
-    for name in os.listdir(runtime_dir):
-        os.unlink(os.path.join(runtime_dir, name))
+    for name in os.listdir(overmind_runtime):
+        os.unlink(os.path.join(overmind_runtime, name))
     took, st, _res = _first_request_time()
     assert took < 1.0, f"a client waited {took:.2f} s"
     deadline = time.monotonic() + 5
-    while len(server_pids(runtime_dir)) > 1 and time.monotonic() < deadline:
+    while len(server_pids(overmind_runtime)) > 1 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert server_pids(runtime_dir) == [st["pid"]], "exactly one server is left for the directory"
-    assert os.path.exists(os.path.join(runtime_dir, "server.log")), "the log is written again"
+    assert server_pids(overmind_runtime) == [st["pid"]], "exactly one server is left for the directory"
+    assert os.path.exists(os.path.join(overmind_runtime, "server.log")), "the log is written again"
     # The lock on the path is held by the server that serves: a manual second start is refused.
     again = Client().status()
     assert again["pid"] == st["pid"]
 
 
-def test_runtime_dir_removed_the_old_server_exits_and_a_new_one_serves(served, runtime_dir):
+def test_runtime_dir_removed_the_old_server_exits_and_a_new_one_serves(served, overmind_runtime):
     pid, _ = served
-    shutil.rmtree(runtime_dir)
+    shutil.rmtree(overmind_runtime)
     deadline = time.monotonic() + 5
-    while pid in server_pids(runtime_dir) and time.monotonic() < deadline:
+    while pid in server_pids(overmind_runtime) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert pid not in server_pids(runtime_dir), "the old server still runs, unreachable, holding its memory"
+    assert pid not in server_pids(overmind_runtime), "the old server still runs, unreachable, holding its memory"
     st = Client().status()  # the directory is created again and a new server starts
     assert st["pid"] != pid and st["entries"] == 0
-    assert stat.S_IMODE(os.stat(runtime_dir).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(overmind_runtime).st_mode) == 0o700
 
 
-def test_runtime_dir_replaced_the_old_server_exits(served, runtime_dir):
+def test_runtime_dir_replaced_the_old_server_exits(served, overmind_runtime):
     """A directory removed and created again (by a new client) is not the old server's: it leaves."""
     pid, _ = served
-    shutil.rmtree(runtime_dir)
-    os.mkdir(runtime_dir, 0o700)
+    shutil.rmtree(overmind_runtime)
+    os.mkdir(overmind_runtime, 0o700)
     st = Client().status()
     assert st["pid"] != pid
     deadline = time.monotonic() + 5
-    while pid in server_pids(runtime_dir) and time.monotonic() < deadline:
+    while pid in server_pids(overmind_runtime) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert server_pids(runtime_dir) == [st["pid"]]
+    assert server_pids(overmind_runtime) == [st["pid"]]
     assert Client().status()["pid"] == st["pid"], "the old server did not take the new server's socket"

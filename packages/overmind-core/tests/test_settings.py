@@ -99,7 +99,7 @@ def test_every_overmind_variable_in_the_sources_is_declared():
     assert not direct, f"read OVERMIND_* through overmind.settings, not os.environ: {direct}"
 
 
-def test_from_pretrained_with_a_bad_wait_timeout_still_caches_with_one_warning(runtime_dir):
+def test_from_pretrained_with_a_bad_wait_timeout_still_caches_with_one_warning(overmind_runtime):
     """The issue's case: OVERMIND_WAIT_TIMEOUT=abc made from_pretrained raise ValueError."""
     seen = run_fresh("""
         import os, warnings
@@ -123,7 +123,7 @@ def test_from_pretrained_with_a_bad_wait_timeout_still_caches_with_one_warning(r
     assert seen["mapped"], "the load went through the cache with the default wait timeout"
 
 
-def test_a_bad_budget_warns_in_the_client_and_the_server_starts_with_the_default(runtime_dir):
+def test_a_bad_budget_warns_in_the_client_and_the_server_starts_with_the_default(overmind_runtime):
     seen = run_fresh("""
         import warnings
         from overmind import settings
@@ -150,7 +150,7 @@ def _om(*args, env=None):
                           env={**os.environ, **(env or {})})
 
 
-def test_doctor_lists_every_setting_with_value_and_source(runtime_dir):
+def test_doctor_lists_every_setting_with_value_and_source(overmind_runtime):
     out = _om("doctor", env={"OVERMIND_REPLY_TIMEOUT": "7", "OVERMIND_STRICT": "yes", "OVERMIND_IDLE_TIMEOUT": "x"})
     lines = out.stdout.splitlines()
     for s in settings.DECLARED:

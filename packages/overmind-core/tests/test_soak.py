@@ -175,25 +175,25 @@ def _check(results: list[dict], phase: str) -> None:
 
 
 @pytest.mark.timeout(420)
-def test_soak_many_processes_interrupts_kills_and_evictions(runtime_dir, tmp_path, monkeypatch):
+def test_soak_many_processes_interrupts_kills_and_evictions(overmind_runtime, tmp_path, monkeypatch):
     (tmp_path / "soak_loaders.py").write_text(textwrap.dedent(LOADERS))
     monkeypatch.setenv("OVERMIND_MAX_BYTES", str(BUDGET))
     monkeypatch.setenv("OVERMIND_WAIT_TIMEOUT", "20")
     Client().status()
 
     # Phase A: the server is SIGKILLed under the workers every 1.5 s.
-    _check(_run_phase(tmp_path, "A", 1.5, runtime_dir), "A")
+    _check(_run_phase(tmp_path, "A", 1.5, overmind_runtime), "A")
 
     # Phase B: one fresh server; its fds and memory are measured before and after the workers' loads.
-    _kill_server(runtime_dir)
+    _kill_server(overmind_runtime)
     admin = Client()
     pid = admin.status()["pid"]
     admin.close()
     time.sleep(0.2)
     start = _server_usage(pid)
-    results = _run_phase(tmp_path, "B", None, runtime_dir)
+    results = _run_phase(tmp_path, "B", None, overmind_runtime)
     _check(results, "B")
-    assert server_pids(runtime_dir) == [pid], "the phase-B server must have lived through the phase"
+    assert server_pids(overmind_runtime) == [pid], "the phase-B server must have lived through the phase"
     deadline = time.monotonic() + 5
     while (st := admin.status())["clients"] > 1 and time.monotonic() < deadline:
         time.sleep(0.05)  # the workers' connections close as the server sees them end
@@ -201,7 +201,7 @@ def test_soak_many_processes_interrupts_kills_and_evictions(runtime_dir, tmp_pat
     assert st["bytes"] <= BUDGET and cached["memfd_bytes"] == st["bytes"], (st, cached)
     assert cached["memfds"] == st["entries"], "every memfd the server holds is an entry"
     assert cached["fds"] == start["fds"] + 1 + st["entries"], (start, cached, st)  # +1: admin's connection
-    with open(os.path.join(runtime_dir, "server.log")) as f:
+    with open(os.path.join(overmind_runtime, "server.log")) as f:
         evictions = f.read().count("least recently used")
     assert evictions > 0, "the budget forced no eviction"
     print(f"soak: {evictions} evictions under the {BUDGET}-byte budget; server {start} -> {cached} -> ", end="")
