@@ -1,0 +1,312 @@
+"""In a child forked from the template: become the caller's process, then run the caller's program.
+
+:func:`become` makes the process look, to the program and to tools, like the ``python`` the user would
+have started: the caller's stdin/stdout/stderr (the descriptors themselves, so a terminal stays a
+terminal), working directory, environment (``os.environ`` and the C library's), umask, resource limits,
+CPU affinity, niceness, signal dispositions and mask, command line (``/proc/<pid>/cmdline``, ``ps``),
+``sys.argv``/``sys.orig_argv``/``sys.path``, a fresh ``__main__``, new ``sys.std*`` streams made as the
+interpreter makes them, OpenBLAS's thread count and fresh random state (``random``, numpy's global
+generator, torch's default generators). Then it tells ``run`` its pid (with a pidfd, so signals can never
+reach a recycled pid) and closes the connection: from here on, the process is the user's.
+
+:func:`execute` runs the program as ``python`` does (the script in ``__main__``; ``-m`` through
+``runpy._run_module_as_main``; ``-c`` as ``<string>``), and ends it as ``python`` does (:func:`finish`):
+``SystemExit``'s code, an uncaught exception printed by ``sys.excepthook`` (without this module's frames)
+and status 1, an uncaught ``KeyboardInterrupt`` printed and then death by SIGINT, so the shell sees 130.
+"""
+from __future__ import annotations
+
+import atexit
+import builtins
+import ctypes
+import importlib
+import importlib.machinery
+import io
+import os
+import resource
+import signal
+import sys
+import time
+import types
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_UNTOUCHABLE = {signal.SIGKILL, signal.SIGSTOP}
+
+
+def run_job(job) -> None:
+    """Everything the child does; never returns."""
+    from . import wire
+
+    conn = job.conn
+    try:
+        os.setpgid(0, 0)  # its own process group in the template's session: job control works, and
+        # 'run' dying kills the group
+        job.template.close_in_child(keep=conn)
+        conn.setblocking(True)
+        program = become(job.request, job.fds)
+        pidfd = os.pidfd_open(os.getpid())
+        wire.send(conn, {"started": os.getpid()}, [pidfd])
+        os.close(pidfd)
+        conn.close()
+    except BaseException as exc:
+        try:
+            wire.send(conn, {"failed": f"{type(exc).__name__}: {exc}"})
+        except BaseException:
+            pass
+        os._exit(70)
+    execute(program)
+
+
+def become(request: dict, fds: list[int]) -> dict:
+    """Take on the caller's process state from ``request`` and the descriptors ``fds``."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()  # nothing of the template's may reach the program's output
+        except Exception:
+            pass
+    _place_descriptors(request["fds"], fds)
+    os.umask(request["umask"])
+    for name, (soft, hard) in request["rlimits"].items():
+        which = getattr(resource, name, None)
+        if which is not None and resource.getrlimit(which) != (soft, hard):
+            resource.setrlimit(which, (soft, hard))
+    if request.get("affinity"):
+        os.sched_setaffinity(0, request["affinity"])
+    if "nice" in request:
+        os.setpriority(os.PRIO_PROCESS, 0, request["nice"])
+    environ = request["env"]
+    os.environ.clear()
+    os.environ.update(environ)
+    time.tzset()
+    _signals(request["signals"])
+    set_cmdline(request["orig_argv"])
+    program = request["program"]
+    sys.orig_argv = list(request["orig_argv"])
+    sys.argv = list(program["argv"])
+    sys.path[:] = [request["path0"]] + sys.path[1:] if request["path0"] is not None else sys.path[1:]
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = builtins
+    main.__dict__["__annotations__"] = {}
+    sys.modules["__main__"] = main
+    _stdio()
+    from .threads import restore_openblas
+
+    restore_openblas(environ)
+    _reseed()
+    importlib.invalidate_caches()
+    _warnings_again()
+    return program
+
+
+def _place_descriptors(names: list[str], fds: list[int]) -> None:
+    """dup2 the caller's stdio onto 0, 1, 2 (closing those the caller had closed) and chdir to its cwd."""
+    received = dict(zip(names, fds))
+    for target, name in enumerate(("stdin", "stdout", "stderr")):
+        fd = received.get(name)
+        if fd is None:
+            try:
+                os.close(target)
+            except OSError:
+                pass
+        else:
+            os.dup2(fd, target)
+    if "cwd" in received:
+        os.fchdir(received["cwd"])
+    for fd in received.values():
+        os.close(fd)
+
+
+def _signals(caller: dict) -> None:
+    """The dispositions a fresh interpreter started by the caller would have, and the caller's mask."""
+    ignored = set(caller.get("ignored", ()))
+    for sig in signal.valid_signals():
+        if sig in _UNTOUCHABLE or not 0 < sig < signal.SIGRTMIN:
+            continue
+        current = signal.getsignal(sig)
+        if sig in ignored or sig in (signal.SIGPIPE, signal.SIGXFSZ):  # CPython ignores these two itself
+            want = signal.SIG_IGN
+        elif sig == signal.SIGINT:
+            want = signal.default_int_handler
+        elif current is None:
+            continue  # a C-level handler (faulthandler's): the fresh process installs the same
+        else:
+            want = signal.SIG_DFL
+        if current is not want:
+            signal.signal(sig, want)
+    signal.pthread_sigmask(signal.SIG_SETMASK, caller.get("blocked", ()))
+
+
+def set_cmdline(argv: list[str]) -> None:
+    """Write ``argv`` over this process's command line (what ``ps`` and ``/proc/<pid>/cmdline`` show).
+
+    The template was started with room to spare (``--room``); a longer command line is cut there."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48, 49 of stat(5))
+    except (OSError, IndexError, ValueError):
+        return
+    size = end - start
+    data = b"\0".join(os.fsencode(a) for a in argv) + b"\0"
+    data = data[:size - 1] + b"\0" if len(data) > size else data
+    data = data + b"\0" * (size - len(data))
+    ctypes.memmove(start, data, size)
+
+
+def _stdio() -> None:
+    """New ``sys.stdin/stdout/stderr`` for fds 0-2, made the way the interpreter makes them at start-up
+    (encoding, errors and buffering from this interpreter's settings, line buffering where a terminal is)."""
+    old = {"stdin": sys.__stdin__ or sys.stdin, "stdout": sys.__stdout__ or sys.stdout,
+           "stderr": sys.__stderr__ or sys.stderr}
+    unbuffered = bool(getattr(old["stdout"], "write_through", False))
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        like = old[name]
+        stream = None
+        try:
+            os.fstat(fd)
+        except OSError:
+            pass  # closed in the caller: like python, sys.<name> is None
+        else:
+            write = fd != 0
+            raw = io.FileIO(fd, "wb" if write else "rb", closefd=False)
+            raw.name = f"<{name}>"
+            buffered = not (unbuffered and write)
+            buf = (io.BufferedWriter(raw) if write else io.BufferedReader(raw)) if buffered else raw
+            line_buffering = buffered and (raw.isatty() or fd == 2)
+            stream = io.TextIOWrapper(buf, encoding=getattr(like, "encoding", None),
+                                      errors=getattr(like, "errors", None), newline="\n",
+                                      line_buffering=line_buffering, write_through=not buffered)
+            stream.mode = "w" if write else "r"
+            if write and like is not None and hasattr(like, "reconfigure"):
+                try:  # a library may hold the template's stream (a logging handler): it writes to the same fd
+                    like.reconfigure(line_buffering=line_buffering, write_through=not buffered)
+                except Exception:
+                    pass
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
+def _reseed() -> None:
+    random = sys.modules.get("random")
+    if random is not None:
+        random.seed()
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        try:
+            numpy_random.seed()
+        except Exception:
+            pass
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "seed"):
+        torch.seed()
+
+
+def _warnings_again() -> None:
+    """Warnings the template's imports already showed once are shown again in the program."""
+    warnings = sys.modules.get("warnings")
+    if warnings is not None and hasattr(warnings, "_filters_mutated"):
+        warnings._filters_mutated()
+
+
+def execute(program: dict) -> None:
+    """Run the program in ``__main__`` and end the process as the interpreter would."""
+    main = sys.modules["__main__"]
+    before = set(sys.modules)
+    try:
+        kind = program["kind"]
+        if kind == "script":
+            path = program["path"]
+            main.__file__ = path
+            main.__cached__ = None
+            main.__loader__ = importlib.machinery.SourceFileLoader("__main__", path)
+            with open(path, "rb") as f:
+                source = f.read()
+            code = compile(source, path, "exec", dont_inherit=True)
+            exec(code, main.__dict__)
+        elif kind == "module":
+            import runpy
+
+            runpy._run_module_as_main(program["module"], alter_argv=True)
+        else:
+            main.__loader__ = importlib.machinery.BuiltinImporter
+            code = compile(program["code"], "<string>", "exec", dont_inherit=True)
+            exec(code, main.__dict__)
+    except SystemExit as exc:
+        status = _exit_status(exc)
+    except BaseException as exc:
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        _print_uncaught(exc)
+        del exc
+        if interrupted:  # CPython ends an uncaught Ctrl-C by SIGINT, so the shell sees 130
+            finish(before, 130, by_signal=signal.SIGINT)
+        status = 1
+    else:
+        status = 0
+    finish(before, status)
+
+
+def _exit_status(exc: SystemExit) -> int:
+    """The exit status CPython derives from ``SystemExit`` (printing a non-integer code, as it does)."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    try:
+        sys.stderr.write(f"{code}\n")
+    except BaseException:
+        pass
+    return 1
+
+
+def _print_uncaught(exc: BaseException) -> None:
+    tb = exc.__traceback__
+    while tb is not None and os.path.dirname(os.path.abspath(tb.tb_frame.f_code.co_filename)) == _HERE:
+        tb = tb.tb_next
+    exc.__traceback__ = tb  # the interpreter's excepthook prints the exception's own traceback
+    try:
+        sys.excepthook(type(exc), exc, tb)
+    except BaseException:
+        pass
+
+
+def finish(before: set, status: int, by_signal: int | None = None) -> None:
+    """End the process as ``Py_FinalizeEx`` would, minus tearing down the template's modules.
+
+    Joins non-daemon threads, runs the atexit callbacks, frees the program's own objects (``__main__`` and
+    the modules it imported, newest first: their ``__del__`` runs and their open files are flushed), flushes
+    the std streams, then ``_exit``. The preloaded libraries are not torn down: their pages are shared with
+    the template, and freeing them would copy every page of their heap (seconds) for nothing.
+    """
+    try:
+        import threading
+
+        threading._shutdown()
+    except BaseException:
+        pass
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    try:
+        mine = [m for name, m in reversed(list(sys.modules.items())) if name not in before]
+        main = sys.modules.get("__main__")
+        for module in ([main] if main is not None else []) + mine:
+            module.__dict__.clear()
+        del mine, main
+        import gc
+
+        gc.collect()
+    except BaseException:
+        pass
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.flush()
+        except BaseException:
+            pass
+    if by_signal is not None:
+        signal.signal(by_signal, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [by_signal])
+        os.kill(os.getpid(), by_signal)
+    os._exit(status)

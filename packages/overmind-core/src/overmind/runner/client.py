@@ -1,0 +1,296 @@
+"""``overmind run``: run a Python program in a process forked from a template, or else with plain python.
+
+:func:`main` reads the program (``[--] script.py args``, ``-m module args``, ``-c code args``), finds or
+starts the template for this interpreter, installed packages, preload list and environment, and sends it
+the request with this process's stdin/stdout/stderr and working directory as descriptors. Once the child
+says it started, this process only relays: it forwards the signals a terminal or supervisor sends
+(SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGWINCH, SIGTSTP/SIGCONT, SIGUSR1/2, SIGALRM) to the child through a
+pidfd, stops itself when the child is stopped by SIGTSTP, and when the template reports the child's end it
+exits the same way: the same status, or killed by the same signal. If this process dies, the template kills
+the child's process group.
+
+Anything that goes wrong on Overmind's side before the child starts (no template, a template that refuses
+to fork, a file next to the script that would shadow a preloaded module, a broken connection) ends in one
+warning on stderr and ``os.execv`` of this same interpreter with the program's arguments: ``overmind run``
+never fails where ``python`` would have worked. What plain ``python`` handles specially (no program: the
+REPL; ``-`` or a directory or zip file as the script; interpreter options such as ``-i``) is exec'd at once.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import sys
+
+FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGWINCH", "SIGCONT", "SIGUSR1", "SIGUSR2", "SIGALRM")
+ENV_DISABLE = "OVERMIND_RUN_DISABLE"
+
+
+class Fallback(Exception):
+    """Run the program with plain python; the message (if any) is the one warning."""
+
+
+def main(argv: list[str], runtime_dir: str | None = None) -> int:
+    """The ``overmind run`` command. Exits the process (or execs) in every case but argument errors."""
+    inherited = _inherited_signals()  # before anything changes them
+    program = parse(argv)
+    if program is None or os.environ.get(ENV_DISABLE) == "1":
+        plain_exec(argv)
+    try:
+        conn, pidfd, pid = start(program, inherited, runtime_dir)
+    except Fallback as exc:
+        if str(exc):
+            _warn(str(exc))
+        plain_exec(argv)
+    except Exception as exc:  # whatever else fails on Overmind's side
+        _warn(f"{type(exc).__name__}: {exc}")
+        plain_exec(argv)
+    relay(conn, pidfd, pid)
+
+
+def parse(argv: list[str]) -> dict | None:
+    """The program of ``argv`` (``run``'s arguments), or None when only plain python can run it."""
+    args = list(argv)
+    if args and args[0] == "--":
+        args = args[1:]
+    if not args:
+        return None
+    first = args[0]
+    if first in ("-m", "-c"):
+        if len(args) < 2:
+            return None
+        if first == "-m":
+            return {"kind": "module", "module": args[1], "argv": ["-m", *args[2:]], "args": args}
+        return {"kind": "code", "code": args[1], "argv": ["-c", *args[2:]], "args": args}
+    if first.startswith("-"):
+        return None  # an interpreter option (-i, -u, -X ...): python itself
+    if first.endswith((".pyc", ".pyo")) or not os.path.isfile(first) or not os.access(first, os.R_OK):
+        return None  # python reports a missing file; a directory or .pyc is python's to run
+    import zipimport
+
+    try:
+        zipimport.zipimporter(first)
+        return None  # a zip application
+    except zipimport.ZipImportError:
+        pass
+    path = first if os.path.isabs(first) else os.path.join(os.getcwd(), first)  # as CPython: joined, not normalised
+    return {"kind": "script", "path": path, "argv": args, "args": args}
+
+
+def path0(program: dict) -> str | None:
+    """What a fresh python puts first on ``sys.path`` for ``program`` (None with -P or -I)."""
+    if sys.flags.safe_path or sys.flags.isolated:
+        return None
+    if program["kind"] == "script":
+        return os.path.dirname(os.path.realpath(program["path"])) or "/"
+    if program["kind"] == "module":
+        return os.getcwd()
+    return ""
+
+
+def start(program: dict, inherited: dict, runtime_dir: str | None):
+    """Find or start the template and have it fork the program; returns (connection, pidfd, pid)."""
+    from . import envkey, preload, registry, wire
+
+    if sys.flags.inspect or sys.flags.interactive:
+        raise Fallback("")
+    first = path0(program)
+    start_dir = os.path.dirname(program["path"]) if program["kind"] == "script" else os.getcwd()
+    environ = dict(os.environ)
+    entries = preload.resolve(start_dir, environ)
+    base_id = envkey.key_id(envkey.base_key(entries))
+    directory = registry.templates_dir(runtime_dir)
+    info, _why = registry.find(runtime_dir, base_id, environ)
+    if info is None:
+        timeout = registry.start_timeout()
+        with registry.start_lock(runtime_dir, base_id, timeout):
+            info, why = registry.find(runtime_dir, base_id, environ)
+            if info is None:
+                from .. import runtime
+
+                info = registry.spawn(runtime.runtime_dir(runtime_dir), entries, envkey.interpreter_options(),
+                                      environ, timeout)
+                if info.get("base") != base_id:
+                    raise Fallback(f"the template started for this interpreter has another key than this process "
+                                   f"({info.get('base')} vs {base_id}): its sys.path or packages differ")
+                mismatch = envkey.environment_mismatch(info.get("environment", {}), environ)
+                if mismatch:
+                    raise Fallback(f"the template cannot serve this environment: {mismatch}")
+    shadow = shadowing(first, info.get("top_level", ()))
+    if shadow:
+        raise Fallback(f"{shadow} would be imported instead of the module the template preloaded")
+    conn = registry.connect(info)
+    names, fds = [], []
+    try:
+        for fd, name in enumerate(("stdin", "stdout", "stderr")):
+            if _is_open(fd):
+                names.append(name)
+                fds.append(fd)
+        cwd_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        names.append("cwd")
+        fds.append(cwd_fd)
+        try:
+            wire.send(conn, request(program, first, inherited, names), fds)
+        finally:
+            os.close(cwd_fd)
+        conn.settimeout(None)  # the child may take its time to start on a busy machine
+        message, got = wire.receive(conn)
+    except (OSError, ValueError, wire.Closed) as exc:
+        conn.close()
+        raise Fallback(f"the template {info.get('pid')} did not start the program ({exc})") from None
+    if "started" not in message or not got:
+        for fd in got:
+            os.close(fd)
+        conn.close()
+        why = message.get("refused") or message.get("failed") or f"unexpected answer {message}"
+        raise Fallback(f"the template could not run the program: {why}")
+    return conn, got[0], int(message["started"])
+
+
+def request(program: dict, first: str | None, inherited: dict, names: list[str]) -> dict:
+    """The ``run`` request: everything of this process the child takes on."""
+    umask = os.umask(0)
+    os.umask(umask)
+    rlimits = {}
+    for name in dir(resource):
+        if name.startswith("RLIMIT_"):
+            try:
+                rlimits[name] = list(resource.getrlimit(getattr(resource, name)))
+            except (OSError, ValueError):
+                pass
+    interpreter = [sys.orig_argv[0] if sys.orig_argv else sys.executable, *_options()]
+    return {
+        "op": "run", "program": {k: v for k, v in program.items() if k != "args"}, "path0": first,
+        "orig_argv": interpreter + program["args"], "env": dict(os.environ), "fds": names, "umask": umask,
+        "rlimits": rlimits, "affinity": sorted(os.sched_getaffinity(0)),
+        "nice": os.getpriority(os.PRIO_PROCESS, 0), "signals": inherited,
+    }
+
+
+def shadowing(first: str | None, top_level) -> str | None:
+    """A file in ``first`` (the program's sys.path[0]) named like a module the template imported, or None."""
+    if first is None:
+        return None
+    folder = first or "."
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return None
+    wanted = set(top_level)
+    for name in names:
+        base, dot, ext = name.partition(".")
+        if base not in wanted:
+            continue
+        full = os.path.join(folder, name)
+        if (dot and ext.rsplit(".", 1)[-1] in ("py", "pyc", "so", "pyw")) or \
+                (not dot and os.path.isfile(os.path.join(full, "__init__.py"))):
+            return os.path.join(first, name)
+    return None
+
+
+def relay(conn, pidfd: int, pid: int) -> None:
+    """Forward signals to the child until the template reports its end; then end as it did."""
+    from . import wire
+
+    def forward(signum, _frame):
+        try:
+            signal.pidfd_send_signal(pidfd, signum)
+        except OSError:
+            pass
+
+    def stop(signum, _frame):
+        forward(signum, _frame)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)  # stops here until SIGCONT, which 'forward' passes on
+        signal.signal(signal.SIGTSTP, stop)
+
+    for name in FORWARDED:
+        signal.signal(getattr(signal, name), forward)
+    signal.signal(signal.SIGTSTP, stop)
+    try:
+        message, fds = wire.receive(conn)
+        for fd in fds:
+            os.close(fd)
+        status = message.get("exit")
+    except (OSError, ValueError, wire.Closed):
+        status = None
+    if status is None:
+        _warn(f"the template died while the program (pid {pid}) ran, so its exit status is unknown; waiting "
+              f"for it to end")
+        import select
+
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        while not poller.poll():
+            pass
+        os._exit(1)
+    exit_like(status)
+
+
+def exit_like(status: int) -> None:
+    """Exit with the wait status ``status``: its exit code, or death by its signal."""
+    code = os.waitstatus_to_exitcode(status)
+    if code >= 0:
+        os._exit(code)
+    sig = -code
+    for name in FORWARDED + ("SIGTSTP",):
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+    if sig not in (signal.SIGKILL, signal.SIGSTOP):
+        signal.signal(sig, signal.SIG_DFL)
+    if sig in (signal.SIGQUIT, signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE):
+        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))  # the child dumped, if anyone
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+    os.kill(os.getpid(), sig)
+    os._exit(128 + sig)
+
+
+def plain_exec(argv: list[str]) -> None:
+    """Replace this process with ``python [its options] <argv>``, as the user would have run it."""
+    args = list(argv)
+    if args and args[0] == "--":
+        args = args[1:]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.orig_argv[0] if sys.orig_argv else sys.executable, *_options(), *args])
+
+
+def _options() -> list[str]:
+    from .envkey import interpreter_options
+
+    return interpreter_options()
+
+
+def _inherited_signals() -> dict:
+    """The signals ignored and blocked when this process started (from /proc/self/status); CPython ignores
+    SIGPIPE and SIGXFSZ itself, so those two say nothing about the caller."""
+    masks = {}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in ("SigIgn", "SigBlk"):
+                    masks[key] = int(value.strip(), 16)
+    except (OSError, ValueError):
+        pass
+
+    def signals(mask: int) -> list[int]:
+        return [n for n in range(1, 65) if mask >> (n - 1) & 1]
+
+    ignored = [n for n in signals(masks.get("SigIgn", 0)) if n not in (signal.SIGPIPE, signal.SIGXFSZ)]
+    return {"ignored": ignored, "blocked": signals(masks.get("SigBlk", 0))}
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+
+
+def _warn(message: str) -> None:
+    try:
+        sys.stderr.write(f"overmind run: {message}; running the program with plain python instead.\n")
+        sys.stderr.flush()
+    except Exception:
+        pass

@@ -1,0 +1,414 @@
+"""The template process: import the heavy libraries once, then fork a fresh process for every ``run``.
+
+Started detached by :func:`overmind.runner.registry.spawn` (``python -c 'import overmind.runner.template as
+t; t.main()' --runtime-dir D --preload JSON --ready-fd N``). It imports ``overmind`` and calls
+``overmind.activate()``, imports the preload list with the script's folder off ``sys.path``, freezes the
+garbage collector's view of everything imported (``gc.freeze()``: a child's collections then never walk,
+and never copy, the libraries' heap), writes its info file, binds its socket and tells its starter.
+
+It imports only. It never initialises CUDA and never runs a thread: before every fork it counts
+``/proc/self/task`` and refuses, saying which threads there are, if there is more than one (a fork copies
+only the forking thread, so a lock another thread held stays locked forever in the child). OpenBLAS starts
+its worker threads when numpy loads it, so the template loads it with ``OPENBLAS_NUM_THREADS=1`` and each
+child sets the thread count a fresh process would have had (:mod:`overmind.runner.threads`).
+
+The loop is one thread with a selector: the listening socket, each connection waiting for its request,
+and for each running child its pidfd (readable when the child exits: the status goes to its ``run``) and
+its connection (closed when ``run`` died: the child's process group gets SIGKILL). SIGTERM (``overmind
+stop``) stops accepting; the template exits once its children have. It exits by itself after
+``OVERMIND_TEMPLATE_IDLE`` seconds (default 3600) without a run, or when its socket or runtime directory
+goes away.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+import time
+
+ENV_IDLE = "OVERMIND_TEMPLATE_IDLE"
+DEFAULT_IDLE_S = 3600.0
+_TICK_S = 2.0
+
+
+class Job:
+    """What a forked child takes from the template: its connection, the request and the descriptors."""
+
+    def __init__(self, conn: socket.socket, request: dict, fds: list[int], template: "Template") -> None:
+        self.conn, self.request, self.fds, self.template = conn, request, fds, template
+
+
+class Template:
+    def __init__(self, runtime_dir: str, preload: list[str]) -> None:
+        from . import envkey, registry
+
+        self.runtime_dir = runtime_dir
+        self.preload_spec = preload
+        self.directory = registry.templates_dir(runtime_dir)
+        self.started = time.time()
+        environ = dict(os.environ)
+        self.native = envkey.native_environment(environ)
+        self.base = envkey.base_key(preload)
+        self.base_id = envkey.key_id(self.base)
+        self.sel = selectors.DefaultSelector()
+        self.listener: socket.socket | None = None
+        self.children: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
+        self.stopping = False
+        self.last_active = time.monotonic()
+        self.idle_s = _idle_seconds()
+
+    # ---- start-up ----------------------------------------------------------------------------------------
+    def prepare(self) -> dict:
+        """Import everything, bind, write the info file; returns the info."""
+        from . import envkey, preload, registry
+
+        forced_blas = not any(k in os.environ for k in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS"))
+        if forced_blas:
+            os.environ["OPENBLAS_NUM_THREADS"] = "1"
+        first = sys.path.pop(0) if sys.path else None  # '' (python -c): the template's cwd, not a library
+        try:
+            with envkey.EnvRecorder() as recorder:
+                import overmind
+
+                adapters = overmind.activate()
+                entries = preload.expand(self.preload_spec)
+                done, failed, seconds = preload.import_all(entries)
+        finally:
+            if first is not None:
+                sys.path.insert(0, first)
+            if forced_blas:
+                os.environ.pop("OPENBLAS_NUM_THREADS", None)
+        recorded = {k: v for k, v in recorder.read.items() if k not in ("OPENBLAS_NUM_THREADS",)}
+        environment = {"read": recorded, "native": self.native}
+        env_id = envkey.key_id(environment)[:8]
+        self.id = f"{self.base_id}-{env_id}"
+        self.socket_path = os.path.join(self.directory, self.id + ".sock")
+        self.info_path = os.path.join(self.directory, self.id + ".json")
+        gc.collect()
+        gc.freeze()
+        self.info = {
+            "id": self.id, "base": self.base_id, "pid": os.getpid(), "socket": self.socket_path,
+            "started": self.started, "ready_s": time.time() - self.started, "import_s": seconds,
+            "preload": self.preload_spec, "preloaded": done, "failed": failed, "adapters": adapters,
+            "environment": environment, "key": self.base, "threads": thread_count(),
+            "python": sys.executable, "top_level": top_level_modules(),
+        }
+        existing = registry.read_info(self.info_path)
+        if existing is not None and registry._alive(existing.get("pid")) and _accepts(self.socket_path):
+            return existing  # an identical template won a race; this one leaves
+        self._bind()
+        registry.write_info(self.info_path, self.info)
+        return self.info
+
+    def _bind(self) -> None:
+        try:
+            os.unlink(self.socket_path)
+        except FileNotFoundError:
+            pass
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        old = os.umask(0o177)
+        try:
+            listener.bind(self.socket_path)
+        finally:
+            os.umask(old)
+        listener.listen(128)
+        listener.setblocking(False)
+        self.socket_identity = _identity(self.socket_path)
+        self.listener = listener
+        self.sel.register(listener, selectors.EVENT_READ, ("listener", None))
+
+    # ---- serving -----------------------------------------------------------------------------------------
+    def serve(self) -> Job | None:
+        """Serve until stopped (returns None) or, in a forked child, return that child's :class:`Job`."""
+        signal.signal(signal.SIGTERM, lambda *_: self._stop("SIGTERM"))
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        next_tick = time.monotonic() + _TICK_S
+        while not (self.stopping and not self.children):
+            for key, _mask in self.sel.select(timeout=_TICK_S):
+                kind, data = key.data
+                if kind == "listener":
+                    self._accept()
+                elif kind == "request":
+                    job = self._request(key.fileobj)
+                    if job is not None:
+                        return job
+                elif kind == "child":
+                    self._child_exited(data)
+                elif kind == "client":
+                    self._client_event(key.fileobj, data)
+            if time.monotonic() >= next_tick:
+                next_tick = time.monotonic() + _TICK_S
+                self._tick()
+        return None
+
+    def _accept(self) -> None:
+        from ..peer import peer_credentials
+
+        while self.listener is not None:
+            try:
+                conn, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            try:
+                _pid, uid, _gid = peer_credentials(conn)
+            except OSError:
+                conn.close()
+                continue
+            if uid != os.getuid():
+                conn.close()  # another user: not a byte read or sent
+                continue
+            conn.setblocking(False)
+            self.sel.register(conn, selectors.EVENT_READ, ("request", None))
+
+    def _request(self, conn: socket.socket) -> Job | None:
+        from . import wire
+
+        self.sel.unregister(conn)
+        self.last_active = time.monotonic()
+        conn.settimeout(10.0)
+        try:
+            request, fds = wire.receive(conn)
+        except (OSError, ValueError, wire.Closed):
+            conn.close()
+            return None
+        op = request.get("op")
+        if op == "info":
+            self._reply_and_close(conn, {"info": self.info}, fds)
+            return None
+        if op != "run" or self.stopping:
+            self._reply_and_close(conn, {"refused": "the template is stopping" if self.stopping
+                                         else f"unknown request {op!r}"}, fds)
+            return None
+        problem = fork_problem()
+        if problem:
+            self._reply_and_close(conn, {"refused": f"template pid {os.getpid()} {problem}"}, fds)
+            return None
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            self._reply_and_close(conn, {"refused": f"template pid {os.getpid()} cannot fork: {exc.strerror}"}, fds)
+            return None
+        if pid == 0:
+            return Job(conn, request, fds, self)
+        for fd in fds:
+            os.close(fd)
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            pidfd = None
+        if pidfd is None:  # cannot happen on Linux >= 5.3; never leave a child unwatched
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            conn.close()
+            return None
+        self.children[pidfd] = (pid, conn)
+        self.sel.register(pidfd, selectors.EVENT_READ, ("child", pidfd))
+        conn.setblocking(False)
+        self.sel.register(conn, selectors.EVENT_READ, ("client", pidfd))
+        return None
+
+    def _reply_and_close(self, conn: socket.socket, message: dict, fds: list[int]) -> None:
+        from . import wire
+
+        for fd in fds:
+            os.close(fd)
+        try:
+            wire.send(conn, message)
+        except OSError:
+            pass
+        conn.close()
+
+    def _child_exited(self, pidfd: int) -> None:
+        from . import wire
+
+        pid, conn = self.children.pop(pidfd)
+        self.sel.unregister(pidfd)
+        os.close(pidfd)
+        try:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:
+            status = None
+        try:
+            self.sel.unregister(conn)
+        except (KeyError, ValueError):
+            pass
+        try:
+            conn.setblocking(True)
+            conn.settimeout(5.0)
+            wire.send(conn, {"exit": status})
+        except OSError:
+            pass
+        conn.close()
+        self.last_active = time.monotonic()
+
+    def _client_event(self, conn: socket.socket, pidfd: int) -> None:
+        try:
+            data = conn.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if data:
+            return  # a client says nothing after its request; ignore it
+        # The run command is gone (killed): its program goes with it, and so does the program's process group.
+        pid, _ = self.children[pidfd]
+        self.sel.unregister(conn)
+        for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: signal.pidfd_send_signal(pidfd, signal.SIGKILL)):
+            try:
+                kill()
+            except OSError:
+                pass
+
+    def _tick(self) -> None:
+        from .. import runtime
+
+        if not self.children and not self.stopping and time.monotonic() - self.last_active > self.idle_s:
+            self._stop(f"idle for {self.idle_s:g} s")
+        try:
+            runtime.check_runtime_dir(self.directory)
+            gone = _identity(self.socket_path) != self.socket_identity
+        except Exception:
+            gone = True
+        if gone and not self.stopping:
+            self._stop(f"its socket {self.socket_path} was removed or replaced")
+
+    def _stop(self, why: str) -> None:
+        if self.stopping:
+            return
+        print(f"overmind template {os.getpid()}: stopping: {why}", file=sys.stderr, flush=True)
+        self.stopping = True
+        self._close_listener()
+
+    def _close_listener(self) -> None:
+        if self.listener is None:
+            return
+        try:
+            self.sel.unregister(self.listener)
+        except (KeyError, ValueError):
+            pass
+        self.listener.close()
+        self.listener = None
+        if _identity(self.socket_path) == getattr(self, "socket_identity", None):
+            for path in (self.socket_path, self.info_path):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+
+    def shutdown(self) -> None:
+        self._close_listener()
+
+    def close_in_child(self, keep: socket.socket) -> None:
+        """In a forked child: close everything of the template's but the child's own connection."""
+        for key in list(self.sel.get_map().values()):
+            obj = key.fileobj
+            if obj is keep:
+                continue
+            if isinstance(obj, int):
+                os.close(obj)
+            else:
+                obj.close()
+        self.sel.close()
+        if self.listener is not None:
+            self.listener.close()  # not unlink: the template still serves there
+        for _pid, conn in self.children.values():
+            conn.close()
+
+
+def top_level_modules() -> list[str]:
+    """Top-level modules imported from files (a same-named file next to a script would shadow them)."""
+    names = set()
+    for name, module in list(sys.modules.items()):
+        spec = getattr(module, "__spec__", None)
+        if "." in name or spec is None or spec.origin in (None, "built-in", "frozen"):
+            continue
+        names.add(name)
+    return sorted(names)
+
+
+def thread_count() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def fork_problem() -> str | None:
+    """Why this process must not fork now (more than one thread, CUDA initialised), or None."""
+    tasks = os.listdir("/proc/self/task")
+    if len(tasks) > 1:
+        names = []
+        for tid in sorted(tasks, key=int):
+            try:
+                with open(f"/proc/self/task/{tid}/comm") as f:
+                    names.append(f"{tid} {f.read().strip()}")
+            except OSError:
+                names.append(tid)
+        return (f"has {len(tasks)} threads ({', '.join(names)}); a fork would copy only one of them and any "
+                f"lock the others hold would stay locked in the program. A preloaded library started a "
+                f"thread when imported: take it off the preload list (OVERMIND_PRELOAD, [tool.overmind] preload "
+                f"in pyproject.toml), then run 'overmind stop'")
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is not None and getattr(cuda, "is_initialized", lambda: False)():
+        return ("has initialised CUDA, which a forked child cannot use; a preloaded library called into CUDA "
+                "when imported: take it off the preload list")
+    return None
+
+
+def _accepts(path: str) -> bool:
+    from ..launcher import accepts
+
+    return accepts(path)
+
+
+def _identity(path: str):
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _idle_seconds() -> float:
+    try:
+        value = float(os.environ.get(ENV_IDLE) or DEFAULT_IDLE_S)
+    except ValueError:
+        value = DEFAULT_IDLE_S
+    return value if value > 0 else DEFAULT_IDLE_S
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The template's entry point; in a forked child it becomes the user's program and never returns."""
+    parser = argparse.ArgumentParser(prog="overmind template")
+    parser.add_argument("--runtime-dir", required=True)
+    parser.add_argument("--preload", required=True)
+    parser.add_argument("--ready-fd", type=int, required=True)
+    parser.add_argument("--room", default="")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    ready = os.fdopen(args.ready_fd, "w")
+    try:
+        template = Template(args.runtime_dir, json.loads(args.preload))
+        info = template.prepare()
+    except BaseException as exc:
+        ready.write(f"failed the template could not start: {type(exc).__name__}: {exc}\n")
+        ready.close()
+        raise
+    ready.write("ready " + json.dumps(info) + "\n")
+    ready.close()
+    if info.get("pid") != os.getpid():
+        return  # another template of the same key and environment serves
+    print(f"overmind template {os.getpid()}: serving {template.socket_path} ({len(info['preloaded'])} preloaded "
+          f"in {info['import_s']:.1f} s; failed: {info['failed'] or 'none'})", file=sys.stderr, flush=True)
+    job = template.serve()
+    if job is None:
+        template.shutdown()
+        return
+    from .child import run_job
+
+    run_job(job)  # raises SystemExit (or ends the process) with the program's status

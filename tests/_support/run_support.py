@@ -1,0 +1,95 @@
+"""Helpers of the ``overmind run`` tests (packages/overmind-core/tests/test_run_*.py): start ``run`` as a
+real process against a private runtime directory, with a light preload list so templates start fast, and
+stop every template of that directory afterwards.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+OVERMIND = os.path.join(os.path.dirname(sys.executable), "overmind")
+LIGHT_PRELOAD = "json"  # a template with this list imports overmind (and activates) and json, nothing else
+
+
+def env(runtime_dir: str, **extra: str) -> dict[str, str]:
+    """The test's environment for ``run``: its private runtime dir and the light preload list."""
+    out = {**os.environ, "OVERMIND_RUNTIME_DIR": runtime_dir, "OVERMIND_PRELOAD": LIGHT_PRELOAD}
+    out.pop("OVERMIND_RUN_DISABLE", None)
+    out.update(extra)
+    return out
+
+
+def write(folder: str, name: str, text: str) -> str:
+    path = os.path.join(folder, name)
+    with open(path, "w") as f:
+        f.write(textwrap.dedent(text))
+    return path
+
+
+def run(args: list[str], runtime_dir: str, *, env_extra: dict | None = None, timeout: float = 240,
+        **kwargs) -> subprocess.CompletedProcess:
+    """``overmind run ARGS`` to completion (stdout/stderr captured as text unless given)."""
+    kwargs.setdefault("capture_output", True)
+    kwargs.setdefault("text", True)
+    return subprocess.run([OVERMIND, "run", *args], env=env(runtime_dir, **(env_extra or {})), timeout=timeout,
+                          **kwargs)
+
+
+def start(args: list[str], runtime_dir: str, *, env_extra: dict | None = None, **kwargs) -> subprocess.Popen:
+    kwargs.setdefault("stdout", subprocess.PIPE)
+    kwargs.setdefault("stderr", subprocess.PIPE)
+    kwargs.setdefault("text", True)
+    return subprocess.Popen([OVERMIND, "run", *args], env=env(runtime_dir, **(env_extra or {})), **kwargs)
+
+
+def templates(runtime_dir: str) -> list[dict]:
+    from overmind.runner.registry import templates as listed
+
+    return listed(runtime_dir)
+
+
+def stop_templates(runtime_dir: str) -> None:
+    from overmind.runner.registry import stop_all
+
+    with contextlib.suppress(Exception):
+        stop_all(runtime_dir)
+
+
+def wait_for(predicate, timeout: float = 120.0, what: str = "a condition") -> None:
+    """Poll ``predicate`` until it holds (an event to wait for, not a timing claim)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def read_line(stream, timeout: float = 120.0) -> str:
+    """The next line of a child's pipe, or fail after ``timeout`` seconds."""
+    import select
+
+    ready, _, _ = select.select([stream], [], [], timeout)
+    if not ready:
+        raise AssertionError("no output from the program")
+    return stream.readline()
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of ``pid`` (R, S, T, Z...), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def gone(pid: int) -> bool:
+    return process_state(pid) in (None, "Z", "X")
+
+
+def warnings_in(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("overmind run:")]
