@@ -154,7 +154,14 @@ def build_clip_tokenizer(folder: str | os.PathLike, extra_merges: int = 0) -> Pa
 
     folder = Path(folder)
     vocab, merges = _clip_vocab(extra_merges)
-    tok = CLIPTokenizer(vocab=vocab, merges=merges, model_max_length=16)
+    # From the vocabulary files, as a published checkpoint ships them: transformers 5 also takes vocab=/merges=
+    # objects, 4.x only files (its CLIPTokenizer is the slow, Python one; 5's is the fast one).
+    files = folder / "_vocab_files"
+    files.mkdir(parents=True, exist_ok=True)
+    (files / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    (files / "merges.txt").write_text("#version: 0.2\n" + "".join(f"{a} {b}\n" for a, b in merges), encoding="utf-8")
+    tok = CLIPTokenizer.from_pretrained(files, model_max_length=16)
+    shutil.rmtree(files)
     tok.save_pretrained(folder)
     return folder
 
@@ -316,7 +323,9 @@ def build_bert(folder: str | os.PathLike, seed: int = 0) -> Path:
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     words = LLAMA_WORDS + ["##s", "##ed", "##ing"]
     vocab = {t: i for i, t in enumerate(specials + words)}
-    tok = BertTokenizer(vocab=vocab)
+    folder.mkdir(parents=True, exist_ok=True)  # a vocab.txt file: transformers 4.x takes no vocab= dict
+    (folder / "vocab.txt").write_text("".join(t + "\n" for t in vocab), encoding="utf-8")
+    tok = BertTokenizer.from_pretrained(folder)
     with _seeded(seed):
         torch.manual_seed(seed)
         model = BertModel(BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,

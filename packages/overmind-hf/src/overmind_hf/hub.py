@@ -7,7 +7,11 @@ an offline cache) gives a fresh load instead of a stale entry.
 
 Resolution is huggingface_hub's own (``HfApi.resolve_revision``): from the local cache only when offline
 (``HF_HUB_OFFLINE=1``) or with ``local_files_only=True``, otherwise with the one metadata request the library
-itself makes on every load.
+itself makes on every load. huggingface_hub before 1.0 (what transformers 4.x needs) has no
+``resolve_revision``: there the cache's ``refs/<revision>`` file is read as the library itself reads it, and
+online the repository's commit is asked with ``HfApi.repo_info``. A lookup that fails online (the Hub
+unreachable: the libraries then load from the cache) is answered from the cache too, so a moved ref never
+serves the old snapshot's entry.
 """
 from __future__ import annotations
 
@@ -46,16 +50,41 @@ def revision_part(repo_id: str, arguments: dict[str, Any], repo_type: str = "mod
     resolved = getattr(revision, "resolved", None)  # already a huggingface_hub.ResolvedRevision
     if resolved:
         return ("hub", repo_type, repo_id, str(resolved))
+    local = bool(arguments.get("local_files_only")) or _offline()
+    cache_dir, token = arguments.get("cache_dir"), arguments.get("token")
     try:
-        from huggingface_hub import HfApi
-
-        rev = HfApi().resolve_revision(
-            repo_id, repo_type=repo_type, revision=revision, cache_dir=arguments.get("cache_dir"),
-            local_files_only=bool(arguments.get("local_files_only")) or _offline(), token=arguments.get("token"),
-        )
-        return ("hub", repo_type, repo_id, str(rev.resolved))
+        try:
+            return ("hub", repo_type, repo_id, _resolve(repo_id, repo_type, revision, cache_dir, local, token))
+        except Exception:
+            if local:
+                raise
+            return ("hub", repo_type, repo_id, _resolve(repo_id, repo_type, revision, cache_dir, True, token))
     except Exception as e:  # huggingface_hub raises a different error for each way of failing; all mean "unknown"
         return ("hub", repo_type, repo_id, "unresolved", None if revision is None else str(revision), type(e).__name__)
+
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def _resolve(repo_id: str, repo_type: str, revision: Any, cache_dir: Any, local: bool, token: Any) -> str:
+    """The commit ``revision`` of ``repo_id`` resolves to (from the cache only when ``local``); raises if unknown."""
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    if hasattr(api, "resolve_revision"):  # huggingface_hub >= 1.0
+        return str(api.resolve_revision(repo_id, repo_type=repo_type, revision=revision, cache_dir=cache_dir,
+                                        local_files_only=local, token=token).resolved)
+    if not local:
+        return str(api.repo_info(repo_id, repo_type=repo_type, revision=revision, token=token).sha)
+    from huggingface_hub import constants
+    from huggingface_hub.file_download import repo_folder_name
+
+    revision = "main" if revision is None else str(revision)
+    repo = os.path.join(str(cache_dir or constants.HF_HUB_CACHE), repo_folder_name(repo_id=repo_id, repo_type=repo_type))
+    if _COMMIT.match(revision) and os.path.isdir(os.path.join(repo, "snapshots", revision)):
+        return revision
+    with open(os.path.join(repo, "refs", revision), encoding="utf-8") as f:  # what hf_hub_download reads offline
+        return f.read().strip()
 
 
 def key_for_resolved_revision(value: Any) -> Any:
