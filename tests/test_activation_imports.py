@@ -28,3 +28,27 @@ def test_activate_defers_each_adapter_until_its_library_is_imported(overmind_run
     ''')
     assert out == {"before": [], "after_transformers": [True, False], "after_diffusers": True,
                    "restored": [False, False], "bnb_live": True}
+
+
+# Libraries the shipped adapters patch or use, and the heavy things they pull in. activate() must import none of
+# them: a user's `import overmind; overmind.activate()` costs no library's import time (issue 12).
+HEAVY = ("torch", "numpy", "transformers", "diffusers", "bitsandbytes", "safetensors", "huggingface_hub",
+         "accelerate", "sfast", "tokenizers", "sentence_transformers", "PIL", "scipy")
+
+
+def test_activate_in_a_fresh_process_imports_no_library_with_every_shipped_adapter(overmind_runtime):
+    # The test suite's own fixture adapters import torch on purpose; no user has them, so they are blocked here.
+    out = run_fresh('''
+        import sys
+        import overmind
+        from overmind import adapters
+        from overmind.testing import report
+        names = overmind.activate()
+        report({"names": sorted(names), "imported": sorted(m.split(".")[0] for m in sys.modules
+                                                           if m.split(".")[0] in HEAVY),
+                "statuses": {n: s.status for n, s in adapters.states().items()}})
+    '''.replace("HEAVY", repr(HEAVY)), env={"OVERMIND_DISABLED_ADAPTERS": "fixture,fixture_broken"})
+    assert out["imported"] == [], out
+    shipped = {"bnb", "diffusers", "transformers", "sfast"}
+    assert shipped <= set(out["names"]), out
+    assert all(out["statuses"][n] == "loaded" for n in shipped), out
