@@ -45,8 +45,9 @@ def test_status_without_a_server_says_so_and_starts_none(overmind_runtime):
     assert "no server is running" in om("stop").stdout
 
 
-def test_serve_status_ls_evict_stop(served, sealed_memfd):
+def test_serve_status_ls_evict_stop(served, sealed_memfd, monkeypatch):
     proc, client = served
+    monkeypatch.setenv("COLUMNS", "300")  # 'ls' fits its rows to the terminal (test_cli_cache checks how)
     base = client.publish("k-base", sealed_memfd(b"b" * 3000), meta={"loader": "diffusers.UNet.from_pretrained",
                                                                      "summary": "('/models/unet',) dtype=fp16"})
     client.publish("k-user", sealed_memfd(b"u" * 10), deps=[base], meta={"loader": "torch.load"})
@@ -59,7 +60,7 @@ def test_serve_status_ls_evict_stop(served, sealed_memfd):
     assert "1 connected" in status
 
     listing = om("ls").stdout
-    assert base in listing and "diffusers.UNet.from_pretrained" in listing
+    assert "k-base" in listing and "UNet.from_pretrained" in listing  # key prefixes and short loader names
     assert "('/models/unet',) dtype=fp16" in listing and "2.9 KiB" in listing
     assert "torch.load" in listing and "2 entries" in listing
 
@@ -96,7 +97,7 @@ def test_doctor_brief_prints_one_line_per_check(served):
     assert set(names[5:]) == {"adapter"}  # then one line per installed adapter
     assert any(line.split()[2] == "future" and "skipped" in line and "torch>=99" in line for line in lines[5:])
     assert all(line.split()[0] in ("ok", "warn") for line in lines)
-    assert f"pid {proc.pid}, protocol 1" in out.stdout
+    assert f"pid {proc.pid}, protocol 2" in out.stdout
 
 
 def test_doctor_does_not_start_a_server_and_reports_fixes(overmind_runtime):

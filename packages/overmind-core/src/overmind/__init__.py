@@ -3,17 +3,22 @@
 >>> import overmind
 >>> overmind.activate()                      # patch the installed adapters' loaders
 >>> model = overmind.load(torch.load, path)  # or cache any loader call directly
+>>> overmind.cache_info().entries            # what the cache holds (overmind ls), typed
+>>> overmind.evict("63ef86")                 # drop an entry by any unique prefix (overmind evict)
 
 This module imports nothing heavy: the server process imports the ``overmind`` package and must never
 import torch. The public functions import their machinery on first use.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .cache import CacheInfo, EvictResult
 
 from ._version import __version__
 
-__all__ = ["load", "activate", "deactivate", "hookimpl", "__version__"]
+__all__ = ["load", "activate", "deactivate", "cache_info", "evict", "hookimpl", "__version__"]
 
 
 def load(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
@@ -46,6 +51,22 @@ def deactivate() -> None:
     from .activation import deactivate as _deactivate
 
     _deactivate()
+
+
+def cache_info(runtime_dir: str | None = None) -> "CacheInfo":
+    """The running server's status and entries (:class:`overmind.cache.CacheInfo`, ``running=False`` when
+    none runs); never starts a server."""
+    from .cache import cache_info as _cache_info
+
+    return _cache_info(runtime_dir)
+
+
+def evict(*prefixes: str, all: bool = False, dry_run: bool = False, runtime_dir: str | None = None) -> "EvictResult":
+    """Evict entries by unique prefixes of their keys or entry ids (or ``all=True``); ``dry_run`` only says
+    what would go. Raises :class:`overmind.cache.AmbiguousPrefix` for a prefix naming none or several."""
+    from .cache import evict as _evict
+
+    return _evict(*prefixes, all=all, dry_run=dry_run, runtime_dir=runtime_dir)
 
 
 def __getattr__(name: str) -> Any:

@@ -10,7 +10,6 @@ an :class:`~overmind.adapters.AdapterError` under ``activate(strict=True)``.
 from __future__ import annotations
 
 import logging
-import warnings
 from typing import Callable
 
 from . import adapters, fallback, hooks, importwatch, libraries, patching
@@ -71,7 +70,7 @@ def _apply_adapter(state: AdapterState, strict: bool) -> None:
         state.status, state.reason = "failed", _patch_failure(state, e)
         if strict:
             raise AdapterError(state.reason) from e
-        warnings.warn(OvermindWarning(state.reason), stacklevel=4)
+        fallback.warn_at_user_line(OvermindWarning(state.reason))
         return
     state.targets = applied
 

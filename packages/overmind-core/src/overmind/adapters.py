@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import warnings
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
@@ -81,7 +80,9 @@ def unmet_requirements(dist: metadata.Distribution | None) -> list[str]:
 def _report(state: AdapterState, strict: bool) -> None:
     # Discovery always finishes; under strict, activate() raises for the failed adapter instead of a warning.
     if state.status == "failed" and not strict:
-        warnings.warn(OvermindWarning(state.reason), stacklevel=4)
+        from .fallback import warn_at_user_line
+
+        warn_at_user_line(OvermindWarning(state.reason))
     elif state.status == "skipped":
         log.info("%s", state.reason)
 

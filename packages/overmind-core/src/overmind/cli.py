@@ -1,28 +1,51 @@
-"""The ``overmind`` command: ``serve | status | ls | evict KEY|--all | stop | doctor [--brief]``.
+"""The ``overmind`` command: ``serve | status | ls | evict PREFIX...|--all | stop | doctor | run``.
 
-Inspection commands never start a server: ``status`` and ``ls`` on a machine where none runs say so. The
-module imports only the standard library and the light parts of overmind (no torch) until ``doctor``
-checks the zero-copy implementation.
+Inspection commands never start a server: ``status`` and ``ls`` on a machine where none runs say so. Every
+command but ``serve`` and ``run`` takes ``--json``. The module imports only the standard library and the
+light parts of overmind (no torch) until ``doctor`` checks the zero-copy implementation.
 
     $ overmind status
-    server    pid 4121, up 2h 03m, overmind 0.1.0, protocol 1
+    server    pid 4121, up 2h 03m, overmind 0.1.0, protocol 2
     entries   3
     memory    1.6 GiB used of 31.2 GiB budget (5%)
+    hits      12 of 15 gets (80%), 4.1 GiB served; 3 published, 0 evicted
     clients   2 connected, 0 loading, 0 waiting
+
+Exit status (``EXIT_CODES``): 0 done; 1 failed (no server running for status/ls/evict, a prefix that names
+no entry or several, an entry refused, a doctor check failed, any Overmind error); 2 usage error; 130
+interrupted (Ctrl-C); 141 the output was closed early (``overmind ls --json | head``: no traceback).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import time
 from typing import Any, Callable, Sequence
 
+from . import __version__
 from .errors import OvermindError, ServerUnavailable
+
+EXIT_CODES = {0: "done", 1: "failed (see the message)", 2: "usage error", 130: "interrupted",
+              141: "output closed early (a pipe's reader exited)"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script; returns the exit status."""
+    """Entry point of the console script; returns the exit status (:data:`EXIT_CODES`)."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # The reader went away (``| head``): say nothing more, and let the interpreter's last flush hit /dev/null.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+
+
+def _main(argv: Sequence[str] | None) -> int:
     from .runner.commands import cmd_run, split_run
 
     run = split_run(list(sys.argv[1:] if argv is None else argv))
@@ -42,7 +65,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="overmind", description="Inspect and control the Overmind cache server.")
+    parser = argparse.ArgumentParser(
+        prog="overmind", description="Inspect and control the Overmind cache server.",
+        epilog="exit status: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()))
+    parser.add_argument("--version", action="version", version=f"overmind {__version__}")
     parser.add_argument("--runtime-dir", help="runtime directory (default: $OVERMIND_RUNTIME_DIR, "
                         "$XDG_RUNTIME_DIR/overmind or /tmp/overmind-<uid>)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -56,17 +82,25 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="print the raw status as JSON")
     status.set_defaults(func=cmd_status)
 
-    ls = sub.add_parser("ls", help="list cached entries: loader, arguments, size, hits, last use")
-    ls.add_argument("--json", action="store_true", help="print the raw entries as JSON")
+    from .listing import SORTS
+
+    ls = sub.add_parser("ls", help="list cached entries: size, referenced bytes, hits, last use, processes, "
+                                   "loader, arguments")
+    ls.add_argument("--sort", choices=sorted(SORTS), default="last-use", help="order of the rows (default last-use)")
+    ls.add_argument("--loader", metavar="TEXT", help="only entries whose loader's name contains TEXT")
+    ls.add_argument("--json", action="store_true", help="print the entries as JSON")
     ls.set_defaults(func=cmd_ls)
 
-    evict = sub.add_parser("evict", help="drop an entry (by key or entry id) or all of them")
-    target = evict.add_mutually_exclusive_group(required=True)
-    target.add_argument("key", nargs="?", help="the entry's key or entry id (see 'overmind ls')")
-    target.add_argument("--all", action="store_true", help="evict every entry")
+    evict = sub.add_parser("evict", help="drop entries, named by any unique prefix of their key or entry id")
+    evict.add_argument("prefixes", nargs="*", metavar="PREFIX", help="the entry's key or entry id, or a unique "
+                       "prefix of either (the ENTRY column of 'overmind ls')")
+    evict.add_argument("--all", action="store_true", help="evict every entry")
+    evict.add_argument("--dry-run", action="store_true", help="say what would be evicted, evict nothing")
+    evict.add_argument("--json", action="store_true", help="print what was evicted and refused as JSON")
     evict.set_defaults(func=cmd_evict)
 
     stop = sub.add_parser("stop", help="stop the server (processes keep what they already mapped)")
+    stop.add_argument("--json", action="store_true", help="print the stopped server's pid as JSON")
     stop.set_defaults(func=cmd_stop)
 
     doctor = sub.add_parser("doctor", help="check that this machine can run Overmind, and what to fix")
@@ -105,7 +139,20 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    return _ask_and_print(args, lambda client: client.ls(), _print_entries)
+    from .cache import cache_info
+    from .listing import SORTS, render
+
+    info = cache_info(args.runtime_dir)
+    if not info.running:
+        return _no_server(info.runtime_dir)
+    entries = [e for e in info.entries if not args.loader or args.loader.lower() in e.loader.lower()]
+    entries.sort(key=SORTS[args.sort])
+    if args.json:
+        print(json.dumps([e.to_json() for e in entries], indent=2, sort_keys=True))
+        return 0
+    for line in render(entries, sort=args.sort):
+        print(line)
+    return 0
 
 
 def _print_status(st: dict[str, Any]) -> None:
@@ -115,6 +162,9 @@ def _print_status(st: dict[str, Any]) -> None:
                    f"protocol {st['protocol']}"),
         ("entries", str(st["entries"])),
         ("memory", f"{human_bytes(st['bytes'])} used of {human_bytes(st['max_bytes'])} budget{share}"),
+        *([("hits", f"{st['hits']} of {st['gets']} gets ({_percent(st['hits'], st['gets'])}), "
+                    f"{human_bytes(st.get('bytes_served', 0))} served; {st.get('publishes', 0)} published, "
+                    f"{st.get('evictions', 0)} evicted")] if "gets" in st else []),
         # The status request itself is one of the connections; don't count it as a client.
         ("clients", f"{max(0, st['clients'] - 1)} connected, {st.get('claims', 0)} loading, "
                     f"{st.get('waiting', 0)} waiting"),
@@ -124,41 +174,35 @@ def _print_status(st: dict[str, Any]) -> None:
     _print_rows(rows)
 
 
-def _print_entries(entries: list[dict[str, Any]]) -> None:
-    if not entries:
-        print("no entries cached")
-        return
-    now = time.time()
-    table = [("ENTRY", "SIZE", "HITS", "LAST USE", "LOADER", "ARGUMENTS")]
-    for e in sorted(entries, key=lambda e: e["last_used"], reverse=True):
-        meta = e.get("meta") or {}
-        table.append((e["entry_id"], human_bytes(e["nbytes"]), str(e["hits"]),
-                      human_duration(now - e["last_used"]) + " ago", str(meta.get("loader", "?")),
-                      _shorten(str(meta.get("summary", "")), 60)))
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    for row in table:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
-    total = sum(e["nbytes"] for e in entries)
-    print(f"{len(entries)} entries, {human_bytes(total)}")
+def _percent(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f}%" if whole else "-"
 
 
 def cmd_evict(args: argparse.Namespace) -> int:
-    client = _client_or_none(args)
-    if client is None:
-        return 1
-    if args.all:
-        out = client.evict(all=True)
-    else:
-        # Users copy entry ids from 'overmind ls'; keys are long hashes. Accept either.
-        key = next((e["key"] for e in client.ls() if e["entry_id"] == args.key), args.key)
-        out = client.evict(key)
-    for key in out["evicted"]:
-        print(f"evicted {key}")
-    if args.all and not out["evicted"]:
+    from .cache import evict
+    from .launcher import accepts
+    from .runtime import socket_path
+
+    if bool(args.prefixes) == bool(args.all):
+        print("overmind evict: name entries (a unique prefix of a key or entry id, see 'overmind ls') or "
+              "give --all, not both", file=sys.stderr)
+        return 2
+    if not accepts(socket_path(args.runtime_dir)):
+        from .runtime import runtime_dir
+
+        return _no_server(runtime_dir(args.runtime_dir))
+    out = evict(*args.prefixes, all=args.all, dry_run=args.dry_run, runtime_dir=args.runtime_dir)
+    if args.json:
+        print(json.dumps(out.to_json(), indent=2, sort_keys=True))
+        return 1 if out.refused else 0
+    verb = "would evict" if out.dry_run else "evicted"
+    for key in out.evicted:
+        print(f"{verb} {key}")
+    if not out.evicted and not out.refused:
         print("nothing to evict")
-    for refused in out["refused"]:
+    for refused in out.refused:
         print(f"not evicted {refused['key']}: {refused['reason']}", file=sys.stderr)
-    return 1 if out["refused"] else 0
+    return 1 if out.refused else 0
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
@@ -167,13 +211,17 @@ def cmd_stop(args: argparse.Namespace) -> int:
     try:
         out = Client(args.runtime_dir, autostart=False).stop()
     except ServerUnavailable:
-        print("no server is running")
         out = None
-    if out is not None:
+        if not args.json:
+            print("no server is running")
+    if args.json:
+        print(json.dumps({"stopped": out is not None, "pid": out.get("pid") if out else None}))
+    elif out is not None:
         print(f"stopped server pid {out.get('pid')}")
     from .runner.commands import stop_templates
 
-    stop_templates(args)
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        stop_templates(args)
     return 0
 
 
@@ -205,20 +253,21 @@ def _client_or_none(args: argparse.Namespace):
 
     client = Client(args.runtime_dir, autostart=False)
     if not accepts(client.socket_path):
-        print(f"no server is running for {client.runtime_dir}; it starts on the first overmind.load, or run "
-              f"'overmind serve'", file=sys.stderr)
+        _no_server(client.runtime_dir)
         return None
     return client
+
+
+def _no_server(directory: str) -> int:
+    print(f"no server is running for {directory}; it starts on the first overmind.load, or run "
+          f"'overmind serve'", file=sys.stderr)
+    return 1
 
 
 def _print_rows(rows: list[tuple[str, str]]) -> None:
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k.ljust(width)}  {v}")
-
-
-def _shorten(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def human_bytes(n: float) -> str:

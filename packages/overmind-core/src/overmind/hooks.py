@@ -16,12 +16,10 @@ Each adapter's hook is called on its own, the last registered first (pluggy's or
 from __future__ import annotations
 
 import contextlib
-import warnings
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Mapping
 
 from . import adapters, fallback
 from .errors import Unkeyable
-from .fallback import OvermindWarning
 from .hookspecs import SPECS, Kind, When
 
 if TYPE_CHECKING:
@@ -138,9 +136,9 @@ def _call_one(impl: Any, name: str, kwargs: dict) -> Any:
     except Exception as e:
         if fallback.strict():
             raise
-        warnings.warn(OvermindWarning(
+        fallback.step_aside(  # one warning per user call, at the user's line
             f"overmind: adapter {impl.plugin_name} failed in {name}: {type(e).__name__}: {e}; "
-            f"continuing without it. Skip it with OVERMIND_DISABLED_ADAPTERS={impl.plugin_name}."), stacklevel=5)
+            f"continuing without it. Skip it with OVERMIND_DISABLED_ADAPTERS={impl.plugin_name}.", e)
         return None
 
 

@@ -140,7 +140,7 @@ def make_key(loader: Loader, arguments: dict[str, Any], extra_parts: list[Any] =
 _SECRET = re.compile(r"token|password|passwd|secret|api_?key|credential", re.IGNORECASE)
 
 
-def summarize(loader: Loader, arguments: dict[str, Any], limit: int = 160) -> str:
+def summarize(loader: Loader, arguments: dict[str, Any], limit: int = 320) -> str:
     """A short human-readable line of the arguments, for ``overmind ls``."""
     parts = [f"{name}={'***' if _SECRET.search(name) else _short_repr(value)}" for name, value in arguments.items()]
     text = ", ".join(parts)
@@ -155,9 +155,14 @@ def _short_repr(value: Any) -> str:
     never called: it may fail, be slow, or change the object (diffusers' ``ConfigMixin.__repr__`` writes
     ``_class_name`` into the config it prints), and the cached call must leave the arguments as they were."""
     if isinstance(value, _SHOWN) or isinstance(value, os.PathLike):
-        return repr(value)[:60]
+        return _clip(repr(value), 120)  # a path's tail tells entries apart: keep it
     if type(value).__module__ == "torch" and not hasattr(value, "shape"):
         return str(value)[:60]  # torch.float16, device('cpu')
     if isinstance(value, (list, tuple)) and len(value) <= 8 and all(isinstance(v, _SHOWN) for v in value):
         return repr(value)[:60]
     return f"<{type(value).__qualname__}>"
+
+
+def _clip(text: str, limit: int) -> str:
+    """``text`` with its middle cut to fit ``limit`` characters (start and end kept)."""
+    return text if len(text) <= limit else text[:limit // 3] + "…" + text[len(text) - (limit - limit // 3 - 1):]

@@ -257,6 +257,7 @@ class Connection:
             "waiting": self.server.waiting_count(), "clients": self.server.clients,
             "runtime_dir": self.server.runtime_dir, "log": self.server.log_file,
             "torch_imported": "torch" in sys.modules, "fds": _open_fds(),
+            **{k: stats[k] for k in ("gets", "hits", "bytes_served", "publishes", "evictions") if k in stats},
         }, []
 
     def _op_ls(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:

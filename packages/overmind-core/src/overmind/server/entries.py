@@ -60,8 +60,9 @@ class Entry:
 
     def listing(self) -> dict[str, Any]:
         """The fields an ``ls`` reply carries."""
+        # ino: the memfd's inode, which /proc/<pid>/maps shows, so 'overmind ls' can tell who maps the entry.
         return dict(self.public(), hits=self.hits, created=self.created, last_used=self.last_used,
-                    referenced_by=sorted(self.referenced_by))
+                    referenced_by=sorted(self.referenced_by), ino=os.fstat(self.fd).st_ino)
 
 
 @dataclass
@@ -87,15 +88,22 @@ class Store:
         self._nonce = secrets.token_hex(4)
         self._ids = itertools.count(1)
         self._ticks = itertools.count(1)
+        # For 'overmind status': gets answered, hits among them, bytes those hits mapped (with their deps),
+        # entries published, entries evicted (budget or request).
+        self.counters = {"gets": 0, "hits": 0, "bytes_served": 0, "publishes": 0, "evictions": 0}
 
     # ---- get / claim / release -------------------------------------------------------------------------
     def get(self, key: str, owner: int, *, claim: bool) -> GetOutcome:
         """Hit, claim or miss per the protocol's ``get``; ``busy`` while another owner holds the claim."""
         entry = self._by_key.get(key)
+        self.counters["gets"] += 1
         if entry is not None:
             self._touch(entry)
             entry.hits += 1
-            return self._hit(entry)
+            out = self._hit(entry)
+            self.counters["hits"] += 1
+            self.counters["bytes_served"] += sum(self._by_id[i].nbytes for i in out.fd_entries)
+            return out
         holder = self._claims.get(key)
         if holder is not None and holder != owner:
             return GetOutcome("busy")
@@ -169,6 +177,7 @@ class Store:
             for d in entry.deps:
                 self._by_id[d].referenced_by.add(entry.entry_id)
             self._used += nbytes
+            self.counters["publishes"] += 1
             self._drop_claim(key)
             log.info("published %s (%d bytes, deps %s); %d/%d bytes used", entry.entry_id, nbytes,
                      entry.deps, self._used, self.max_bytes)
@@ -193,12 +202,13 @@ class Store:
                 f"publish refused: the entry needs {need} bytes and only "
                 f"{self.max_bytes - self._used} of the {self.max_bytes}-byte budget can be freed without "
                 f"evicting entries in use as dependencies. Raise OVERMIND_MAX_BYTES (then 'overmind stop') "
-                f"or free space with 'overmind evict'.",
+                f"or free space: 'overmind ls --sort size' lists the largest, 'overmind evict PREFIX' drops one.",
             )
         for victim in plan:
             log.info("evicting %s (%d bytes, least recently used) to fit %d bytes", victim.entry_id,
                      victim.nbytes, need)
             self._remove(victim)
+            self.counters["evictions"] += 1
 
     def _plan_eviction(self, need: int, protected: set[str]) -> list[Entry] | None:
         refs = {eid: set(e.referenced_by) for eid, e in self._by_id.items()}
@@ -256,6 +266,7 @@ class Store:
             victims = list(self._by_id.values())
             for e in victims:
                 self._remove(e)
+            self.counters["evictions"] += len(victims)
             log.info("evicted all %d entries on request", len(victims))
             return [e.key for e in victims], []
         entry = self._by_key.get(key) if key is not None else None
@@ -265,6 +276,7 @@ class Store:
             return [], [{"key": key, "reason": f"referenced by entries {sorted(entry.referenced_by)}; "
                                               f"evict those first, or evict --all"}]
         self._remove(entry)
+        self.counters["evictions"] += 1
         log.info("evicted %s on request", entry.entry_id)
         return [key], []
 
@@ -275,7 +287,7 @@ class Store:
     def stats(self) -> dict[str, int]:
         """Counts for the ``status`` reply."""
         return {"entries": len(self._by_id), "bytes": self._used, "max_bytes": self.max_bytes,
-                "claims": len(self._claims)}
+                "claims": len(self._claims), **self.counters}
 
     def close_all(self) -> None:
         """Close every fd the store holds (server shutdown)."""
