@@ -35,7 +35,7 @@ def main(parent, victim_name, seconds):
         try:
             if conn.recv(1):
                 counts["spoke"] += 1
-                body = json.dumps({"ok": True, "protocol": 1, "server_pid": os.getpid(), "version": "x"}).encode()
+                body = json.dumps({"ok": True, "protocol": 2, "server_pid": os.getpid(), "version": "x"}).encode()
                 conn.sendall(struct.pack(">I", len(body)) + body)
                 conn.recv(65536)
         except OSError:

@@ -31,8 +31,8 @@ def pair():
     b.close()
 
 
-def test_protocol_version_is_1():
-    assert PROTOCOL_VERSION == 1
+def test_protocol_version_is_2():
+    assert PROTOCOL_VERSION == 2  # 2: publish replies like a get hit
 
 
 def test_roundtrip_without_fds(pair):

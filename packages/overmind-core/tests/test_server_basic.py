@@ -13,7 +13,7 @@ import pytest
 from overmind import client as client_mod
 from overmind.client import Client
 from overmind.errors import ProtocolMismatch, ServerError
-from overmind.protocol import ConnectionClosed, recv_message, send_message
+from overmind.protocol import PROTOCOL_VERSION, ConnectionClosed, recv_message, send_message
 
 READER = r"""
 import json, mmap, sys
@@ -168,7 +168,7 @@ def test_status_fields_and_the_server_never_imports_torch(overmind_runtime, seal
     c.get("k").close()
     st = c.status()
     assert st["torch_imported"] is False
-    assert st["protocol"] == 1 and st["entries"] == 1 and st["bytes"] == 100
+    assert st["protocol"] == PROTOCOL_VERSION and st["entries"] == 1 and st["bytes"] == 100
     assert st["runtime_dir"] == overmind_runtime and st["clients"] == 1
     assert {"pid", "uptime", "version", "max_bytes"} <= set(st)
     with open(f"/proc/{st['pid']}/maps") as f:
@@ -181,7 +181,7 @@ def test_protocol_mismatch_is_refused_and_the_connection_closed(overmind_runtime
     try:
         send_message(sock, {"op": "hello", "protocol": 999, "pid": os.getpid(), "version": "9"})
         reply, _ = recv_message(sock)
-        assert reply["ok"] is False and reply["reason"] == "protocol" and reply["protocol"] == 1
+        assert reply["ok"] is False and reply["reason"] == "protocol" and reply["protocol"] == PROTOCOL_VERSION
         assert "overmind stop" in reply["error"]
         with pytest.raises(ConnectionClosed):
             recv_message(sock)

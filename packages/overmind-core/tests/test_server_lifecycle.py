@@ -12,7 +12,7 @@ import pytest
 
 from overmind.client import Client
 from overmind.errors import ServerUnavailable
-from overmind.protocol import recv_message, send_message
+from overmind.protocol import PROTOCOL_VERSION, recv_message, send_message
 from overmind.launcher import accepts, server_lock_free
 
 NOBODY = 65534
@@ -42,7 +42,7 @@ def _as_nobody(sock_path: str) -> dict:
                 result = {"connect": errno.errorcode.get(exc.errno, str(exc.errno))}
             else:
                 try:
-                    send_message(s, {"op": "hello", "protocol": 1, "pid": os.getpid(), "version": "x"})
+                    send_message(s, {"op": "hello", "protocol": PROTOCOL_VERSION, "pid": os.getpid(), "version": "x"})
                     reply, _ = recv_message(s)
                     result = {"connect": "ok", "reply": reply}
                 except ConnectionError as exc:  # closed (or reset) without a reply

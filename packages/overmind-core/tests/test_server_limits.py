@@ -15,7 +15,7 @@ import time
 import pytest
 
 from overmind.client import Client
-from overmind.protocol import recv_message, send_message
+from overmind.protocol import PROTOCOL_VERSION, recv_message, send_message
 from overmind.launcher import accepts
 
 PIDS_CGROUP = "/sys/fs/cgroup/pids"
@@ -32,7 +32,7 @@ def _proc_field(pid: int, name: str) -> int:
 def _hello(runtime_dir: str) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(os.path.join(runtime_dir, "server.sock"))
-    send_message(sock, {"op": "hello", "protocol": 1, "pid": os.getpid(), "version": "test"})
+    send_message(sock, {"op": "hello", "protocol": PROTOCOL_VERSION, "pid": os.getpid(), "version": "test"})
     reply, _ = recv_message(sock)
     assert reply["ok"], reply
     return sock

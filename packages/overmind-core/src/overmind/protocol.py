@@ -18,7 +18,9 @@ import socket
 import struct
 from typing import Any, Iterable
 
-PROTOCOL_VERSION = 1
+# 2: publish replies like a get hit (the entry and its fds), so a miss costs one round trip. A client and a
+# server of different versions refuse each other at hello with a message naming the fix ('overmind stop').
+PROTOCOL_VERSION = 2
 MAX_FDS_PER_FRAME = 250
 # A frame is a control message, never bulk data (bulk data travels as memfds), so a large length means a
 # confused or hostile peer: refuse it rather than allocate it.
