@@ -93,3 +93,16 @@ def gone(pid: int) -> bool:
 
 def warnings_in(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("overmind run:")]
+
+
+@contextlib.contextmanager
+def shared_runtime():
+    """A private runtime directory for a whole test module (so its tests share one template); its templates
+    and server are stopped and the directory removed afterwards."""
+    from overmind.testing import isolated_runtime
+
+    with isolated_runtime() as path:
+        try:
+            yield path
+        finally:
+            stop_templates(path)

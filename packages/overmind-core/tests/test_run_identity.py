@@ -30,11 +30,11 @@ print(json.dumps({
 """
 
 
-@pytest.fixture
-def rt(overmind_runtime):
-    """The private runtime directory; its templates are stopped before it goes."""
-    yield overmind_runtime
-    rs.stop_templates(overmind_runtime)
+@pytest.fixture(scope="module")
+def rt():
+    """One private runtime directory for the module: its tests share a template (stopped at the end)."""
+    with rs.shared_runtime() as path:
+        yield path
 
 
 def _report(out: subprocess.CompletedProcess) -> dict:

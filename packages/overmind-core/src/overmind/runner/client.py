@@ -192,7 +192,11 @@ def relay(conn, pidfd: int, pid: int) -> None:
     """Forward signals to the child until the template reports its end; then end as it did."""
     from . import wire
 
+    continued = []
+
     def forward(signum, _frame):
+        if signum == signal.SIGCONT:
+            continued.append(True)
         try:
             signal.pidfd_send_signal(pidfd, signum)
         except OSError:
@@ -200,9 +204,14 @@ def relay(conn, pidfd: int, pid: int) -> None:
 
     def stop(signum, _frame):
         forward(signum, _frame)
+        del continued[:]
         signal.signal(signal.SIGTSTP, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTSTP)  # stops here until SIGCONT, which 'forward' passes on
         signal.signal(signal.SIGTSTP, stop)
+        if not continued:
+            # This process did not stop: the kernel drops SIGTSTP in an orphaned process group, so plain python
+            # would not have stopped either; let the program go on too.
+            forward(signal.SIGCONT, None)
 
     for name in FORWARDED:
         signal.signal(getattr(signal, name), forward)
