@@ -13,7 +13,6 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, NamedTuple
 
-import torch
 
 if TYPE_CHECKING:
     from .reader import EntryMapping
@@ -115,17 +114,13 @@ def all_pristine(ranges: list[tuple[int, int]]) -> bool:
     return True
 
 
+# The top byte of a pagemap entry (little-endian u64) holds bit 63 (present), 62 (swapped) and 61 (file page or
+# shared anonymous). A page was written since it was mapped if it is present or swapped and neither.
+_WRITTEN = bytes(1 if (b & 0xC0) and not (b & 0x20) else 0 for b in range(256))
+
+
 def _written_pages(raw: bytes, base: int, pieces: list[tuple[int, int]]) -> bool:
-    entries = torch.frombuffer(bytearray(raw), dtype=torch.int64)
-    present = (entries >> 63) & 1
-    swapped = (entries >> 62) & 1
-    file_or_shared = (entries >> 61) & 1
-    # A private (written) page is present or swapped without the file/shared bit; untouched pages are
-    # either absent (never faulted) or mapped from the memfd (bit 61 set). Gaps between pieces don't count.
-    private = (present | swapped) & (1 - file_or_shared)
-    if len(pieces) == 1 and pieces[0] == (base, base + len(entries) - 1):
-        return bool(private.any())
-    mask = torch.zeros_like(private)
-    for first, last in pieces:
-        mask[first - base:last - base + 1] = 1
-    return bool((private & mask).any())
+    # Untouched pages are absent (never faulted) or mapped from the memfd (bit 61 set). Gaps between pieces
+    # don't count. Plain bytes operations: a pipeline's 400k pages are read in about a millisecond.
+    written = raw[7::8].translate(_WRITTEN)
+    return any(1 in written[first - base:last - base + 1] for first, last in pieces)
