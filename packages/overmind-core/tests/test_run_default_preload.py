@@ -1,0 +1,59 @@
+"""``overmind run`` with the real default preload list (torch and the installed adapters' libraries): the
+program finds torch, diffusers and transformers imported and Overmind active, CUDA untouched, and fresh
+random state in every run (a forked child would otherwise draw the template's numbers), like plain python.
+One template for the module: its imports take seconds.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from _support import run_support as rs
+
+SCRIPT = """
+import json, os, random, sys
+preloaded = {m: m in sys.modules for m in ("torch", "diffusers", "transformers", "numpy")}
+import numpy, torch
+from overmind.adapters import states
+print(json.dumps({
+    "preloaded": preloaded, "ppid": os.getppid(), "cuda_initialized": torch.cuda.is_initialized(),
+    "torch": torch.randn(4).tolist(), "numpy": numpy.random.rand(4).tolist(), "random": random.random(),
+    "initial_seed": torch.initial_seed(),
+    "adapters": sorted(n for n, s in states().items() if s.status == "loaded" and s.targets),
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def rt():
+    with rs.shared_runtime() as path:
+        yield path
+
+
+def _run(rt, tmp_path) -> dict:
+    script = rs.write(str(tmp_path), "prog.py", SCRIPT)
+    extra = {"OVERMIND_DISABLED_ADAPTERS": "fixture,fixture_broken"}
+    env = {k: v for k, v in rs.env(rt, **extra).items() if k != "OVERMIND_PRELOAD"}
+    out = subprocess.run([rs.OVERMIND, "run", script], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0 and not rs.warnings_in(out.stderr), out.stderr
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_the_default_preload_imports_the_libraries_and_activates(rt, tmp_path):
+    got = _run(rt, tmp_path)
+    assert got["preloaded"] == {"torch": True, "diffusers": True, "transformers": True, "numpy": True}
+    assert got["ppid"] in [t["pid"] for t in rs.templates(rt)]
+    assert not got["cuda_initialized"]
+    assert {"diffusers", "transformers"} <= set(got["adapters"])
+    (template,) = rs.templates(rt)
+    assert "torch" in template["preloaded"] and "diffusers:StableDiffusionControlNetPipeline" in template["preloaded"]
+    assert template["threads"] == 1
+
+
+def test_every_run_draws_fresh_random_numbers(rt, tmp_path):
+    a, b = _run(rt, tmp_path), _run(rt, tmp_path)
+    assert a["ppid"] == b["ppid"], "the same template forked both"
+    for generator in ("torch", "numpy", "random", "initial_seed"):
+        assert a[generator] != b[generator], generator
