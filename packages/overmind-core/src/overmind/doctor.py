@@ -14,7 +14,7 @@ import re
 import sys
 from dataclasses import asdict, dataclass
 
-from . import __version__, runtime, settings
+from . import __version__, compatibility, runtime, settings
 from .protocol import PROTOCOL_VERSION
 from .shm import seals as entry_seals
 
@@ -35,7 +35,7 @@ def all_checks(runtime_dir: str | None = None) -> list[Check]:
     """Every check's outcome, in the order the report prints them."""
     with settings.quiet():  # a bad setting is a check here, not a warning
         return [check_memfd(), check_runtime_dir(runtime_dir), check_budget(), *check_settings(),
-                check_server(runtime_dir), check_zerocopy(), *check_adapters()]
+                check_server(runtime_dir), check_zerocopy(), *check_adapters(), *compatibility.checks()]
 
 
 def run_checks(runtime_dir: str | None = None, *, brief: bool = False, as_json: bool = False) -> int:
