@@ -46,6 +46,44 @@ def test_every_target_this_diffusers_defines_is_patched_under_strict(monkeypatch
     assert [s.where.rpartition(":")[2] for s in skipped] == ([] if has_text2audio else ["AutoPipelineForText2Audio"])
 
 
+def _entries():
+    from overmind.client import get_client
+
+    return len(get_client().ls())
+
+
+def test_dtype_spellings_are_keyed_as_the_installed_diffusers_reads_them(active, tmp_path):
+    """diffusers 0.40 and later read ``dtype=`` and ``torch_dtype=`` as one argument; earlier ones know only
+    ``torch_dtype=`` (a model rejects ``dtype=``, a pipeline ignores it). Neither reads ``"float16"`` as
+    ``torch.float16``. A cached call answers each spelling as the plain call does, after the fp16 entry exists."""
+    import diffusers
+    import torch
+    from diffusers import ControlNetModel, StableDiffusionPipeline
+    from overmind_diffusers.arguments import reads_dtype
+
+    from _support import tiny_models as tm
+
+    net, ckpt = tm.build_controlnet(tmp_path / "cn", seed=1), tm.build_sd_pipeline(tmp_path / "sd")
+    assert reads_dtype() == (tuple(map(int, diffusers.__version__.split(".")[:2])) >= (0, 40))
+    assert ControlNetModel.from_pretrained(net, variant="fp16", torch_dtype=torch.float16).dtype == torch.float16
+    assert StableDiffusionPipeline.from_pretrained(ckpt, torch_dtype=torch.float16).unet.dtype == torch.float16
+    before = _entries()
+
+    # A string is float32 to diffusers: a load of its own, never the fp16 entry.
+    assert ControlNetModel.from_pretrained(net, variant="fp16", torch_dtype="float16").dtype == torch.float32
+    assert _entries() == before + 1
+    if reads_dtype():
+        assert ControlNetModel.from_pretrained(net, variant="fp16", dtype=torch.float16).dtype == torch.float16
+        assert StableDiffusionPipeline.from_pretrained(ckpt, dtype=torch.float16).unet.dtype == torch.float16
+        assert _entries() == before + 1  # both hits on the torch_dtype= entries
+        with pytest.raises(ValueError, match="both `dtype` and `torch_dtype`"):
+            StableDiffusionPipeline.from_pretrained(ckpt, dtype=torch.float16, torch_dtype=torch.float16)
+    else:
+        with pytest.raises(TypeError, match="unexpected keyword argument 'dtype'"):
+            ControlNetModel.from_pretrained(net, variant="fp16", dtype=torch.float16)
+        assert StableDiffusionPipeline.from_pretrained(ckpt, dtype=torch.float16).unet.dtype == torch.float32
+
+
 @pytest.fixture(autouse=True)
 def _always_deactivated():
     yield
