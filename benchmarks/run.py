@@ -16,6 +16,7 @@ Scenarios (each process is fresh; plain and Overmind alternate, the order flippi
     bnb                    a ~1.1B Llama loaded 4-bit with bitsandbytes (quantizing on load)
     sfast                  a small SD pipeline compiled with stable-fast and warmed up
     gpu                    (needs CUDA; not in "all") pipe.to('cuda') after plain / warm / warm + pinned
+    run                    (not in "all") the blog and MiniLM scripts end to end, warm cache: python vs overmind run
 
 ``--via load`` wraps the scenario's loader calls in ``overmind.load`` instead of ``overmind.activate()``
 (for trying the core before an adapter exists; the tables say which was used).
@@ -247,6 +248,13 @@ def run_one(name: str, h, scale: str, n: int) -> tuple[str, dict]:
                        ("times.ready", "ready: load + compile + warm-up", "s"),
                        ("times.first_call", "first call after ready", "s"), ("times.load", "load", "s"),
                        ("times.compile", "compile", "s"), ("times.warmup", "warm-up call", "s")] + common)
+    if name == "run":  # benchmarks/scenarios/run.py
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("run_scenario", os.path.join(SCEN, "run.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.scenario(h, paths, n)
     raise SystemExit(f"run.py: unknown scenario {name!r}")
 
 

@@ -1,0 +1,96 @@
+"""Scenario ``run``: the blog script and the MiniLM script end to end with ``python`` and with ``overmind run``.
+
+    python benchmarks/run.py run --scale full -n 5
+
+Three modes, each a fresh process, alternated (the order rotates every repetition), all against one runtime
+directory whose cache is warm (a first, uncounted process published the entries):
+
+* ``python, no Overmind``: ``python blog.py ...`` with ``BENCH_MODE=plain`` (what a user has today);
+* ``python, warm cache``: ``python blog.py ...`` with ``overmind.activate()`` and the cache warm;
+* ``overmind run, warm``: ``overmind run blog.py ...``, the same script, cache and template warm (a first,
+  uncounted ``overmind run`` started the template).
+
+Measured from outside: ``ready`` is the wall time from just before the spawn to the script's report
+(``spawn_to_emit_s``: process start to pipeline ready), ``process`` from just before the spawn to its exit.
+Ratios are pair by pair. The MiniLM script adds ``sentence_transformers`` to the default preload list
+(``OVERMIND_PRELOAD=+sentence_transformers``), as a user of it would.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import harness  # noqa: E402
+import report  # noqa: E402
+
+OVERMIND = os.path.join(os.path.dirname(sys.executable), "overmind")
+MODES = ("python, no Overmind", "python, warm cache", "overmind run, warm")
+MEASURES = [("ready_s", "process start to ready (report)", "s"), ("process_s", "process start to exit", "s"),
+            ("times.import", "imports inside the script", "s"), ("load_s", "the loads inside the script", "s")]
+
+
+def spawn(h: harness.Harness, mode: str, script: str, argv: list[str], label: str, runtime_dir: str,
+          env: dict) -> dict:
+    """One fresh process of ``mode``; its report plus ``ready_s`` and ``process_s``."""
+    bench_mode = "plain" if mode == MODES[0] else "overmind"
+    command = ([OVERMIND, "run"] if mode == MODES[2] else [sys.executable]) + [script, *argv]
+    log = h._log_path(label)
+    with open(log, "w") as err:
+        t_spawn = time.time()
+        t0 = time.perf_counter()
+        proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=err, text=True, stdin=subprocess.DEVNULL,
+                              env=h._env(bench_mode, runtime_dir, {"BENCH_T0": repr(t_spawn), **env}),
+                              timeout=h.timeout)
+        process_s = time.perf_counter() - t0
+    sample = harness._parse(proc.stdout)
+    if proc.returncode != 0 or sample is None:
+        raise harness.ChildFailed(f"{label}: {command} exited {proc.returncode}; stderr ({log}):\n{harness._tail(log)}")
+    with open(log) as f:
+        warned = [line for line in f if line.startswith("overmind run:")]
+    if warned:
+        raise harness.ChildFailed(f"{label}: overmind run fell back to plain python: {warned[0]}")
+    sample.update(process_s=process_s, ready_s=sample["spawn_to_emit_s"], label=label, mode_name=mode,
+                  load_s=sample["times"].get("from_pretrained", sample["times"].get("load")))
+    return sample
+
+
+def one_script(h, tag: str, script: str, argv: list[str], n: int, env: dict) -> tuple[str, dict]:
+    groups: dict[str, list[dict]] = {m: [] for m in MODES}
+    with h.runtime() as rt:
+        try:
+            spawn(h, MODES[1], script, argv, f"{tag}-publish", rt, env)  # publishes: the cache is warm after
+            spawn(h, MODES[2], script, argv, f"{tag}-template", rt, env)  # starts the template
+            for i in range(n):
+                order = MODES[i % 3:] + MODES[:i % 3]
+                for mode in order:
+                    sample = spawn(h, mode, script, argv, f"{tag}-{MODES.index(mode)}-{i}", rt, env)
+                    groups[mode].append(sample)
+                    print(f"  {tag} rep {i + 1}/{n} {mode}: ready {sample['ready_s']:.2f} s, exit "
+                          f"{sample['process_s']:.2f} s", file=sys.stderr, flush=True)
+        finally:
+            subprocess.run([OVERMIND, "stop"], env={**os.environ, "OVERMIND_RUNTIME_DIR": rt},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    run, warm, plain = groups[MODES[2]], groups[MODES[1]], groups[MODES[0]]
+    ratios = [(f"{tag}: ready, python no Overmind / overmind run", report.pair_ratios(plain, run, "ready_s")),
+              (f"{tag}: ready, python warm cache / overmind run", report.pair_ratios(warm, run, "ready_s")),
+              (f"{tag}: exit, python no Overmind / overmind run", report.pair_ratios(plain, run, "process_s")),
+              (f"{tag}: exit, python warm cache / overmind run", report.pair_ratios(warm, run, "process_s"))]
+    text = f"{tag}\n\n" + report.table(groups, MEASURES) + "\n\n" + report.ratio_table(ratios)
+    return text, groups
+
+
+def scenario(h: harness.Harness, paths: dict, n: int) -> tuple[str, dict]:
+    """The blog (fp16 checkpoint) and MiniLM, ``n`` repetitions each; returns (markdown, samples)."""
+    uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    blog_argv = [paths["sd15-fp16"], paths["controlnet-depth"], paths["controlnet-edge"]]
+    blog_text, blog = one_script(h, "blog fp16", os.path.join(HERE, "blog.py"), blog_argv, n, {})
+    minilm_text, minilm = one_script(h, "MiniLM", os.path.join(HERE, "minilm.py"), [], n,
+                                     {"OVERMIND_PRELOAD": "+sentence_transformers"})
+    after = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    text = f"{blog_text}\n\n{minilm_text}\n\n`uptime` before: {uptime}; after: {after}"
+    return text, {"blog": blog, "minilm": minilm, "uptime": [uptime, after]}
