@@ -1,6 +1,6 @@
 """Fixtures for the overmind-bnb tests: tiny quantizable models saved once per session (tests/_support/bnb_testlib.py).
 
-Every test runs on the CPU with bitsandbytes' CPU backend; none needs a GPU (scripts/gpu_check.py covers one).
+Every test runs on the CPU with bitsandbytes' CPU backend; none needs a GPU (benchmarks/gpu/bnb_gpu_check.py covers one).
 """
 from __future__ import annotations
 

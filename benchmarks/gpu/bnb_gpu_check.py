@@ -2,7 +2,7 @@
 
 Usage (from the repository root, in the dev venv, on a machine with an NVIDIA GPU)::
 
-    python packages/overmind-bnb/scripts/gpu_check.py [--model FOLDER] [--device cuda:0]
+    python benchmarks/gpu/bnb_gpu_check.py [--model FOLDER] [--device cuda:0]
 
 Needs torch with CUDA, bitsandbytes with its CUDA library, transformers, accelerate, overmind-core and
 overmind-bnb. Without ``--model`` it builds a tiny Llama (hidden 64) in a temporary folder. It runs against a

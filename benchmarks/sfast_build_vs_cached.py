@@ -1,8 +1,8 @@
 """Build a stable-fast compiled pipeline vs get it from the Overmind cache, each in a fresh process.
 
-    .venv/bin/python packages/overmind-sfast/benchmarks/build_vs_cached.py [--ckpt FOLDER] [--repeat 3]
+    .venv/bin/python benchmarks/sfast_build_vs_cached.py [--ckpt FOLDER] [--repeat 3]
 
-Without ``--ckpt`` it builds the team's tiny SD pipeline (tests/tiny_models.py) into a temporary folder.
+Without ``--ckpt`` it builds the team's tiny SD pipeline (tests/_support/tiny_models.py) into a temporary folder.
 Rows (medians over ``--repeat`` fresh processes; the first cached process is run once):
 
 * ``plain build``: ``build(ckpt)`` without Overmind (from_pretrained, compile, warm-up call that traces);
@@ -24,9 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-TESTS = HERE.parent / "tests"
-ROOT_TESTS = HERE.parents[2] / "tests"
+TESTS = Path(__file__).resolve().parents[1] / "tests"  # the repository's tests/: _support.sfast_pipelines, tiny_models
 
 CHILD = """
 import json, sys, time
@@ -77,7 +75,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="om-bench-", dir="/tmp") as tmp:
         ckpt = args.ckpt
         if ckpt is None:
-            sys.path.insert(0, str(ROOT_TESTS))
+            sys.path.insert(0, str(TESTS))
             from _support.tiny_models import build_sd_pipeline
 
             ckpt = str(build_sd_pipeline(Path(tmp) / "ckpt"))
@@ -93,7 +91,7 @@ def main() -> None:
         finally:
             subprocess.run([sys.executable, "-m", "overmind", "stop"], env=env, capture_output=True)
 
-    print(f"ckpt: {ckpt if args.ckpt else 'tiny SD (tests/tiny_models.py)'}; times in seconds, medians")
+    print(f"ckpt: {ckpt if args.ckpt else 'tiny SD (tests/_support/tiny_models.py)'}; times in seconds, medians")
     print(f"{'':14} {'n':>2} {'build/load':>10} {'render 1':>9} {'render 2':>9} {'render 3':>9} "
           f"{'traces':>6} {'builds':>6} {'process':>8}")
     for name, r in rows.items():

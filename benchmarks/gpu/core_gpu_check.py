@@ -1,7 +1,7 @@
 """GPU check for overmind-core (run on a CUDA machine; CI has none): CUDA tensors are written through host
 memory and come back, in a second fresh process, on the device they had.
 
-    .venv/bin/python packages/overmind-core/scripts/gpu_check.py
+    .venv/bin/python benchmarks/gpu/core_gpu_check.py
 
 Prints one line per check and exits 1 if any fails.
 """

@@ -2,7 +2,7 @@
 
 Usage (repository root, dev venv)::
 
-    python packages/overmind-bnb/scripts/bench_quantize.py [--sizes tiny,100m] [--mode 4bit|8bit] [--repeat 3]
+    python benchmarks/bnb_quantize.py [--sizes tiny,100m] [--mode 4bit|8bit] [--repeat 3]
 
 For each model size it saves a Llama with random weights (fp32 safetensors) in a temporary folder and times,
 each in a fresh process against a private Overmind server (so imports are excluded; file pages are warm):

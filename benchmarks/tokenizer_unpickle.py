@@ -1,8 +1,8 @@
 """Rebuild cost of a CLIP-sized fast tokenizer: from its files vs unpickling (default vs the adapter's reducer).
 
-    .venv/bin/python packages/overmind-transformers/benchmarks/tokenizer_unpickle.py [--merges 48800] [--repeat 7]
+    .venv/bin/python benchmarks/tokenizer_unpickle.py [--merges 48800] [--repeat 7]
 
-Builds a CLIPTokenizer with a synthesized 49k vocabulary (tests/tiny_models.py), then times, best of
+Builds a CLIPTokenizer with a synthesized 49k vocabulary (tests/_support/tiny_models.py), then times, best of
 ``--repeat``: ``CLIPTokenizer.from_pretrained(folder)``; ``pickle.loads`` of a default pickle; ``pickle.loads``
 of a pickle made through :func:`overmind_transformers.tokenizer_reduce.reduce_fast_tokenizer` (what a cache hit
 does for the tokenizer). Also checks that each rebuilt tokenizer encodes and decodes like the original.
@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))  # _support
 
 
 def best(fn, repeat):
