@@ -1,0 +1,119 @@
+"""The install tells the truth (issue 14): the README's install lines, run in a fresh venv, give a working
+Overmind with its compiled extension and the libraries of the chosen extras; one version; an SPDX license;
+the README's supported versions are the packages' own."""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import overmind
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECTS = [ROOT / "pyproject.toml", *sorted(ROOT.glob("packages/*/pyproject.toml"))]
+
+
+def _toml(path: Path) -> dict:
+    with open(path, "rb") as f:
+        return tomllib.load(f)
+
+
+def _readme_install_lines() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    block = text.split("<!-- install:begin", 1)[1].split("<!-- install:end -->", 1)[0]
+    code = block.split("```bash", 1)[1].split("```", 1)[0]
+    return [line.split("  #", 1)[0].strip() for line in code.strip().splitlines() if line.strip()]
+
+
+def test_one_version_everywhere():
+    version = overmind.__version__
+    for path in PYPROJECTS:
+        project = _toml(path)["project"]
+        if path.parent.name == "overmind-core":
+            assert project["dynamic"] == ["version"], "overmind-core reads its version from overmind.__version__"
+        else:
+            assert project["version"] == version, path
+        requirements = list(project.get("dependencies", []))
+        for extra in project.get("optional-dependencies", {}).values():
+            requirements += extra
+        for req in requirements:
+            if req.startswith("overmind-"):
+                assert req.endswith(f"=={version}"), (path, req)
+
+
+def test_license_file_and_spdx_strings():
+    assert "Apache License" in (ROOT / "LICENSE").read_text()
+    for path in PYPROJECTS:
+        project = _toml(path)["project"]
+        assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"], path
+        assert (path.parent / "LICENSE").read_text() == (ROOT / "LICENSE").read_text(), path
+
+
+def test_extras_install_their_libraries_and_the_readme_names_their_ranges():
+    extras = _toml(ROOT / "pyproject.toml")["project"]["optional-dependencies"]
+    readme = re.sub(r"\s+", "", (ROOT / "README.md").read_text())
+    for name in ("transformers", "diffusers", "bnb"):
+        assert f"overmind-{name}[instruments]=={overmind.__version__}" in extras[name], extras[name]
+        instruments = _toml(ROOT / f"packages/overmind-{name}/pyproject.toml")["project"]["optional-dependencies"]
+        for req in instruments["instruments"]:
+            assert re.sub(r"\s+", "", req) in readme, f"README does not say {req}"
+
+
+@pytest.mark.timeout(1800)
+def test_a_fresh_venv_installed_as_the_readme_says_serves_a_cached_load(tmp_path, overmind_runtime):
+    lines = _readme_install_lines()
+    assert lines[0].startswith("./scripts/wheelhouse ") and lines[1].startswith("pip install --no-index"), lines
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    env = {**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(venv)}
+    env.pop("PYTHONPATH", None)
+    for line in lines:
+        argv = shlex.split(line)
+        if argv[0] == "pip":
+            argv = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q", *argv[1:]]
+        out = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+        assert out.returncode == 0, (line, out.stdout[-3000:], out.stderr[-5000:])
+
+    model_dir = tmp_path / "tiny-bert"
+    load = textwrap.dedent(f"""
+        import json, os, sys
+        import torch, overmind
+        from overmind import zerocopy
+        def overmind_mapped(address):  # as overmind.testing does (it needs pytest, which this venv lacks)
+            for line in open("/proc/self/maps"):
+                lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+                if lo <= address < hi:
+                    return "/memfd:overmind" in line
+            return False
+        overmind.activate()
+        from transformers import AutoModel, BertConfig, BertModel
+        path = {str(model_dir)!r}
+        if not os.path.isdir(path):
+            torch.manual_seed(0)
+            BertModel(BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=64)).save_pretrained(path)
+        model = AutoModel.from_pretrained(path)
+        p = next(model.parameters())
+        print(json.dumps({{"mapped": overmind_mapped(p.data_ptr()), "impl": zerocopy.describe()["active"],
+                          "sum": float(p.sum()), "file": overmind.__file__}}))
+    """)
+    python = str(venv / "bin" / "python")
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([python, "-c", load], env={**env, "HF_HUB_OFFLINE": "1"}, capture_output=True,
+                             text=True, timeout=300, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr[-5000:]
+        runs.append(__import__("json").loads(out.stdout.strip().splitlines()[-1]))
+    assert all(r["file"].startswith(str(venv)) for r in runs), runs  # the venv's overmind, not the checkout's
+    assert all(r["impl"] == "c" for r in runs), runs  # overmind._C came with the wheel
+    assert runs[1]["mapped"] and runs[0]["sum"] == runs[1]["sum"], runs
+    adapters = subprocess.run([python, "-m", "overmind", "doctor", "--brief"], env=env, capture_output=True,
+                              text=True, timeout=300).stdout
+    assert "adapter transformers" in adapters and "fixture" not in adapters, adapters  # no test-only adapters
