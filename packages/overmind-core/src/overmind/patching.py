@@ -110,7 +110,6 @@ def _make_wrapper(target: PatchTarget, original: Any, route: Route | None) -> An
         def cached_classmethod(cls, *args, **kwargs):
             return route(original.__get__(None, cls), *args, **kwargs)
 
-        cached_classmethod.__overmind_original__ = original
         return classmethod(cached_classmethod)
 
     func = original.__func__ if isinstance(original, staticmethod) else original
@@ -124,7 +123,6 @@ def _make_wrapper(target: PatchTarget, original: Any, route: Route | None) -> An
     def cached_function(*args, **kwargs):
         return route(func, *args, **kwargs)
 
-    cached_function.__overmind_original__ = original
     return staticmethod(cached_function) if target.kind == "staticmethod" else cached_function
 
 
