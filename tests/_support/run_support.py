@@ -106,3 +106,9 @@ def shared_runtime():
             yield path
         finally:
             stop_templates(path)
+
+
+def template_pids(runtime_dir: str) -> list[int]:
+    from overmind.runner.registry import template_pids as pids
+
+    return pids(runtime_dir)

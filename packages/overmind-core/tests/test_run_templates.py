@@ -152,3 +152,25 @@ def test_a_template_socket_that_is_no_socket_of_ours_is_refused(rt, tmp_path):
     (tmp_path / "not-a-socket").write_text("")
     with pytest.raises(UntrustedServer):
         registry.connect(fake)
+
+
+def test_serve_starts_the_template_unless_told_not_to(rt, tmp_path):
+    from overmind.launcher import accepts
+
+    env = rs.env(rt)
+    quiet = subprocess.Popen([rs.OVERMIND, "serve", "--no-template"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env)
+    rs.wait_for(lambda: accepts(os.path.join(rt, "server.sock")), what="the server to accept")
+    quiet.terminate()
+    quiet.communicate(timeout=60)
+    assert rs.templates(rt) == [] and rs.template_pids(rt) == []
+    proc = subprocess.Popen([rs.OVERMIND, "serve"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    try:
+        rs.wait_for(lambda: rs.templates(rt), timeout=240, what="serve to start a template")
+        script = rs.write(str(tmp_path), "prog.py", PPID)
+        assert rs.run([script], rt).stdout.split()[0] == str(rs.templates(rt)[0]["pid"])
+    finally:
+        subprocess.run([rs.OVERMIND, "stop"], env=env, capture_output=True, timeout=60)
+        proc.communicate(timeout=60)
+    assert rs.templates(rt) == []

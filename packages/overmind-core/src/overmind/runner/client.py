@@ -99,7 +99,6 @@ def start(program: dict, inherited: dict, runtime_dir: str | None):
     environ = dict(os.environ)
     entries = preload.resolve(start_dir, environ)
     base_id = envkey.key_id(envkey.base_key(entries))
-    directory = registry.templates_dir(runtime_dir)
     info, _why = registry.find(runtime_dir, base_id, environ)
     if info is None:
         timeout = registry.start_timeout()

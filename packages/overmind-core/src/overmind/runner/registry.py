@@ -160,7 +160,8 @@ def spawn(runtime_dir: str, preload: list[str], options: list[str], environ: dic
         if code is None:
             proc.kill()
         proc.wait()
-        raise TemplateUnavailable(f"the template process {'exited with status ' + str(code) if code is not None else 'did not start within ' + format(timeout, 'g') + ' s'}; see {os.path.join(directory, 'templates.log')}")
+        what = f"exited with status {code}" if code is not None else f"did not start within {timeout:g} s"
+        raise TemplateUnavailable(f"the template process {what}; see {os.path.join(directory, 'templates.log')}")
     status, _, payload = line.partition(" ")
     if status != "ready":
         proc.wait()

@@ -405,10 +405,10 @@ def main(argv: list[str] | None = None) -> None:
         return  # another template of the same key and environment serves
     print(f"overmind template {os.getpid()}: serving {template.socket_path} ({len(info['preloaded'])} preloaded "
           f"in {info['import_s']:.1f} s; failed: {info['failed'] or 'none'})", file=sys.stderr, flush=True)
+    from .child import run_job  # imported here, once, rather than in every child
+
     job = template.serve()
     if job is None:
         template.shutdown()
         return
-    from .child import run_job
-
     run_job(job)  # raises SystemExit (or ends the process) with the program's status
