@@ -103,3 +103,18 @@ def test_no_import_cycle_in_overmind():
 def test_patching_knows_nothing_of_the_load_path():
     assert imports_of("overmind.patching") <= {"overmind.errors"}
     assert "import api" not in MODULES["overmind.patching"].read_text()
+
+
+def test_the_fixture_adapter_needs_nothing_of_overmind_but_the_kit():
+    """tests/adapter_fixture is written as a third party would, against ``overmind.adapter`` alone; with that
+    it passes the conformance checks (test_plugins.py::test_conformance_checks_pass_for_the_fixture_adapter)."""
+    fixture = Path(__file__).resolve().parents[3] / "tests" / "adapter_fixture" / "src" / "overmind_fixture_adapter"
+    used = set()
+    for path in fixture.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                used |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                used.add(node.module or "")
+    assert "overmind.adapter" in used
+    assert {m for m in used if m.split(".")[0] == "overmind"} == {"overmind.adapter"}, sorted(used)
