@@ -16,6 +16,7 @@ import ctypes
 import logging
 import os
 import threading
+import time
 from typing import Any, Callable
 
 from . import arguments_ref, collector, entry, fallback, hooks, key
@@ -91,6 +92,7 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         return fn(*args, **kwargs)  # the loader calls itself with the same arguments: no claim to wait on
     from .client import get_client
 
+    t0 = time.perf_counter()
     try:
         wait_s = _wait_timeout(nested=bool(stack))
         client = get_client()
@@ -101,7 +103,10 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         return fn(*args, **kwargs)
     if res.status == "hit":
         try:
-            return entry.decode(res.entry, res.fds, arguments)
+            obj = entry.decode(res.entry, res.fds, arguments)
+            log.info("overmind: hit %s (entry %s, %d bytes) in %.3f s", loader.name, ck.key[:12],
+                     res.entry.get("nbytes", 0), time.perf_counter() - t0)
+            return obj
         except arguments_ref.ArgumentMismatch as e:
             # This call's objects do not fit where the entry holds arguments: the entry is sound, the call is not
             # the one it was made for (a key that should have told them apart). Plain call; the entry stays.
@@ -139,13 +144,17 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
     fn = loader.fn
     run = fallback.LoaderRun(outermost=not stack)
     stack.append(ck.key)
+    t0 = time.perf_counter()
     try:
         result = fn(*args, **kwargs)
     finally:
         stack.pop()
     run.finished()
+    t1 = time.perf_counter()
+    log.info("overmind: miss %s (entry %s): the loader ran in %.3f s", loader.name, ck.key[:12], t1 - t0)
     try:
         rebuilt = publish(client, loader, ck, result, arguments, recheck)
+        log.info("overmind: published %s (entry %s) in %.3f s", loader.name, ck.key[:12], time.perf_counter() - t1)
     except KeyChanged as e:
         _release(client, ck.key)
         log.debug("overmind: not caching: %s", e)

@@ -13,11 +13,14 @@ This module imports only the standard library and the light parts of overmind (n
 """
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
 from .errors import OvermindError
+
+log = logging.getLogger("overmind")
 
 __all__ = ["CacheEntry", "CacheInfo", "EvictResult", "AmbiguousPrefix", "cache_info", "evict", "resolve"]
 
@@ -180,6 +183,8 @@ def evict(*prefixes: str, all: bool = False, dry_run: bool = False, runtime_dir:
         for e in sorted(targets, key=lambda e: -len(_closure(e.entry_id, {t.entry_id: {"deps": t.deps}
                                                                           for t in info.entries}))):
             out = client.evict(e.key)
+            for key in out["evicted"]:
+                log.info("overmind: evicted %s (%s, %d bytes) on request", key[:12], e.loader, e.nbytes)
             evicted += out["evicted"]
             refused += out["refused"]
         return EvictResult(evicted, refused)

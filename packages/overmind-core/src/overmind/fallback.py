@@ -65,6 +65,7 @@ def step_aside(message: str, cause: BaseException | None = None, stacklevel: int
     warning points at the user's line (:func:`warn_at_user_line`)."""
     if strict():
         raise CacheBypassed(message) from cause
+    log.info("overmind: fallback: %s", message.removeprefix("overmind: "))
     if getattr(_local, "depth", 0) and getattr(_local, "warned", False):
         log.info("%s (this call already warned once)", message)
         return

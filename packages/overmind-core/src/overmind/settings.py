@@ -137,6 +137,15 @@ DECLARED: tuple[Setting, ...] = (
     Setting("OVERMIND_ZEROCOPY", "zerocopy", "auto", "c, python or auto",
             "the buffer-to-storage implementation: the compiled extension, its pure-Python twin, or the first "
             "that imports", _choice("auto", "c", "python"), "fortran"),
+    Setting("OVERMIND_PROGRESS", "progress", True, _BOOL,
+            "show a progress bar on a terminal for a publish longer than OVERMIND_PROGRESS_DELAY "
+            "(HF_HUB_DISABLE_PROGRESS_BARS=1 turns it off too)", parse_bool, "loud"),
+    Setting("OVERMIND_PROGRESS_DELAY", "progress_delay", 3.0,
+            _SECONDS.format(name="OVERMIND_PROGRESS_DELAY", default=3),
+            "how long a publish runs before its progress bar shows", parse_seconds, "later"),
+    Setting("OVERMIND_LOG_MAX_BYTES", "log_max_bytes", 16 << 20, "a size in bytes with an optional K, M, G or T "
+            "suffix, e.g. OVERMIND_LOG_MAX_BYTES=16M", "server: the log rotates at this size (3 old logs kept)",
+            parse_size, "big", default_text="16M"),
     # overmind run (overmind.runner): the warm interpreter templates.
     Setting("OVERMIND_RUN_DISABLE", "run_disable", False, _BOOL, "make 'overmind run' start a plain interpreter",
             parse_bool, "perhaps"),
@@ -147,6 +156,8 @@ DECLARED: tuple[Setting, ...] = (
             "how long 'overmind run' waits for a new template", parse_seconds, "slow"),
     Setting("OVERMIND_TEMPLATE_IDLE", "template_idle", 3600.0, _SECONDS.format(name="OVERMIND_TEMPLATE_IDLE", default=3600),
             "a template unused this long exits", parse_seconds, "forever"),
+    Setting("OVERMIND_SERVE_TEMPLATE", "serve_template", True, _BOOL,
+            "'overmind serve' also starts this interpreter's 'overmind run' template", parse_bool, "sure"),
 )
 _BY_NAME = {s.name: s for s in DECLARED}
 
@@ -167,10 +178,14 @@ class Settings:
     disable: bool = False
     disabled_adapters: frozenset = frozenset()
     zerocopy: str = "auto"
+    progress: bool = True
+    progress_delay: float = 3.0
+    log_max_bytes: int = 16 << 20
     run_disable: bool = False
     preload: str | None = None
     template_start_timeout: float = 600.0
     template_idle: float = 3600.0
+    serve_template: bool = True
     # name -> where the value came from: "env" or "default" ("default (bad value)" when the env's was refused)
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 

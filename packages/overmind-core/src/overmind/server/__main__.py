@@ -49,8 +49,11 @@ def _setup_logging(path: str, foreground: bool) -> None:
     fmt = logging.Formatter("%(asctime)s pid %(process)d %(threadName)s %(levelname)s %(message)s")
     logger = logging.getLogger("overmind.server")
     logger.setLevel(logging.INFO)
-    # Reopened when a tmp cleaner removes it, like the socket the server re-creates.
-    handler = logging.handlers.WatchedFileHandler(path)
+    # Rotated at OVERMIND_LOG_MAX_BYTES, and reopened when a tmp cleaner removes it (server/logfile.py).
+    from ..settings import current
+    from .logfile import ServerLogHandler
+
+    handler = ServerLogHandler(path, current().log_max_bytes)
     handler.setFormatter(fmt)
     logger.addHandler(handler)
     if foreground:

@@ -51,10 +51,13 @@ def write_entry(skeleton: bytes, storages: Iterable[tuple[torch.UntypedStorage, 
     fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.ftruncate(fd, layout.total)
-        if PWRITE:
-            _write_by_pwrite(fd, layout, skeleton, storages)
-        else:
-            _write_by_mapping(fd, layout, skeleton, storages)
+        from ..progress import track
+
+        with track(data_len, name.removeprefix("overmind:")) as advance:  # a bar only for a long publish
+            if PWRITE:
+                _write_by_pwrite(fd, layout, skeleton, storages, advance)
+            else:
+                _write_by_mapping(fd, layout, skeleton, storages, advance)
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals.APPLIED)
         return fd
     except BaseException:
@@ -62,7 +65,7 @@ def write_entry(skeleton: bytes, storages: Iterable[tuple[torch.UntypedStorage, 
         raise
 
 
-def _write_by_pwrite(fd: int, layout: Layout, skeleton: bytes, storages) -> None:
+def _write_by_pwrite(fd: int, layout: Layout, skeleton: bytes, storages, advance=lambda n: None) -> None:
     _write_buffer(fd, layout.pack(), 0)
     _write_buffer(fd, skeleton, layout.skeleton_offset)
     for storage, offset in storages:
@@ -72,6 +75,7 @@ def _write_by_pwrite(fd: int, layout: Layout, skeleton: bytes, storages) -> None
         if storage.device.type != "cpu":
             storage = storage.cpu()
         _write_memory(fd, storage.data_ptr(), n, layout.data_offset + offset)  # ``storage`` keeps it alive
+        advance(n)
 
 
 def _write_buffer(fd: int, data, offset: int) -> None:
@@ -100,7 +104,7 @@ def _as_bytes_tensor(storage: torch.UntypedStorage) -> torch.Tensor:
     return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
 
 
-def _write_by_mapping(fd: int, layout: Layout, skeleton: bytes, storages) -> None:
+def _write_by_mapping(fd: int, layout: Layout, skeleton: bytes, storages, advance=lambda n: None) -> None:
     # MAP_POPULATE faults the whole region in one go instead of page by page during the copies.
     mm = mmap.mmap(fd, layout.total, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
     try:
@@ -112,6 +116,7 @@ def _write_by_mapping(fd: int, layout: Layout, skeleton: bytes, storages) -> Non
                 n = storage.nbytes()
                 if n:
                     region[offset:offset + n].copy_(_as_bytes_tensor(storage))
+                    advance(n)
             del region
     finally:
         mm.close()

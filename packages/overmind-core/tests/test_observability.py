@@ -1,0 +1,113 @@
+"""Observability (issue 14): hits, misses, publishes, evictions and fallbacks on the ``overmind`` logger with
+timings; a progress bar on a terminal for a long publish (never on a pipe, never under
+HF_HUB_DISABLE_PROGRESS_BARS); the server's log rotates by size and comes back when deleted."""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import pty
+import re
+import select
+import struct
+import subprocess
+import sys
+import termios
+import textwrap
+import warnings
+
+import torch
+
+import overmind
+from overmind import settings
+from overmind.client import Client
+
+
+def build(n):
+    return torch.full((n,), 3.0)
+
+
+def test_the_overmind_logger_tells_hits_misses_publishes_evictions_and_fallbacks(overmind_runtime, caplog,
+                                                                                   monkeypatch):
+    caplog.set_level(logging.INFO, logger="overmind")
+    overmind.load(build, 11)
+    overmind.load(build, 11)
+    lines = [r.getMessage() for r in caplog.records if r.name == "overmind"]
+    assert any(re.search(r"miss .*build .*the loader ran in \d+\.\d{3} s", m) for m in lines), lines
+    assert any(re.search(r"published .*build .* in \d+\.\d{3} s", m) for m in lines), lines
+    assert any(re.search(r"hit .*build .*\d+ bytes\) in \d+\.\d{3} s", m) for m in lines), lines
+    (entry,) = overmind.cache_info().entries
+    overmind.evict(entry.key[:8])
+    assert any(f"evicted {entry.key[:12]}" in r.getMessage() for r in caplog.records), caplog.records
+    caplog.clear()
+    os.mkdir(os.path.join(overmind_runtime, "elsewhere"))
+    monkeypatch.setenv("OVERMIND_RUNTIME_DIR", os.path.join(overmind_runtime, "elsewhere", "x" * 120))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        overmind.load(build, 12)
+    assert any("fallback: the server is unavailable" in r.getMessage() for r in caplog.records), caplog.records
+
+
+PUBLISH = textwrap.dedent("""
+    import torch, overmind
+    def big(n):
+        return torch.ones(n)
+    overmind.load(big, 1 << 22)
+    print("done", flush=True)
+""")
+
+
+def _stderr_on_a_pty(env: dict) -> str:
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a terminal 120 columns wide
+    proc = subprocess.Popen([sys.executable, "-c", PUBLISH], stdout=subprocess.PIPE, stderr=slave,
+                            env={**os.environ, **env})
+    os.close(slave)
+    out = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 120)
+        if not ready:
+            break
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert proc.wait(timeout=120) == 0 and proc.stdout.read().strip() == b"done"
+    return out.decode(errors="replace")
+
+
+def test_a_long_publish_shows_progress_on_a_terminal_only(overmind_runtime):
+    shown = _stderr_on_a_pty({"OVERMIND_PROGRESS_DELAY": "0.000001"})
+    assert "overmind: publishing" in shown and "16.0M" in shown, shown
+    assert "overmind: publishing" not in _stderr_on_a_pty({"OVERMIND_PROGRESS_DELAY": "0.000001",
+                                                           "HF_HUB_DISABLE_PROGRESS_BARS": "1"})
+    assert "overmind: publishing" not in _stderr_on_a_pty({"OVERMIND_PROGRESS_DELAY": "0.000001",
+                                                           "OVERMIND_PROGRESS": "off"})
+    piped = subprocess.run([sys.executable, "-c", PUBLISH.replace("1 << 22", "1 << 21")], capture_output=True,
+                           text=True, env={**os.environ, "OVERMIND_PROGRESS_DELAY": "0.000001"}, timeout=120)
+    assert piped.returncode == 0 and "publishing" not in piped.stderr, piped.stderr
+    # The default delay (3 s) keeps a quick publish silent even on a terminal.
+    assert "overmind: publishing" not in _stderr_on_a_pty({"OVERMIND_PROGRESS_DELAY": ""}).replace("\r", "")
+
+
+def test_the_server_log_rotates_and_comes_back_when_deleted(overmind_runtime, monkeypatch, sealed_memfd):
+    monkeypatch.setenv("OVERMIND_LOG_MAX_BYTES", "2K")
+    settings.reload()
+    client = Client()
+    log = os.path.join(overmind_runtime, "server.log")
+    try:
+        for i in range(40):
+            client.publish(f"key-{i:03d}", sealed_memfd(b"x" * 100), meta={"loader": "test"})
+        assert os.path.exists(log + ".1"), os.listdir(overmind_runtime)
+        assert os.path.getsize(log) <= 2048 + 512
+        assert not os.path.exists(log + f".{4}")  # 3 old logs kept at most
+        os.unlink(log)
+        client.publish("key-after", sealed_memfd(b"y" * 100), meta={"loader": "test"})
+        with open(log) as f:
+            assert "published key-after" in f.read()
+    finally:
+        client.close()
