@@ -1,0 +1,88 @@
+"""The node-local deployment of docs/deployment.md, as a container would see it (issue 14): a client in its own
+PID and mount namespace (and user namespace, mapping the same uid), whose /tmp is private and which shares
+only the runtime directory with the server, gets a zero-copy hit on what a host process published."""
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import overmind
+from overmind.testing import run_fresh
+
+UNSHARE = ["unshare", "--user", "--map-current-user", "--pid", "--mount", "--fork", "--mount-proc"]
+SUPPORT = str(pathlib.Path(__file__).resolve().parents[3] / "tests")  # tests/_support: outside /tmp
+
+
+def _namespaces_problem() -> str | None:
+    if shutil.which("unshare") is None:
+        return "unshare (util-linux) is not installed"
+    probe = subprocess.run([*UNSHARE, "true"], capture_output=True, text=True, timeout=30)
+    if probe.returncode != 0:
+        return f"the kernel or its policy forbids user+PID+mount namespaces here: {probe.stderr.strip()}"
+    return None
+
+
+def test_a_client_in_its_own_pid_and_mount_namespace_gets_a_zero_copy_hit(overmind_runtime):
+    problem = _namespaces_problem()
+    if problem:
+        pytest.skip(problem)
+    published = run_fresh(f"""
+        import sys; sys.path.insert(0, {SUPPORT!r})
+        import overmind
+        from _support import fault_loaders as L
+        from overmind.testing import report
+        overmind.load(L.build, 5)
+        report("ok")
+    """)
+    assert published == "ok"
+    # In the namespaces: the runtime directory is bind-mounted at /mnt, then /tmp is replaced by an empty tmpfs
+    # (hiding the host's runtime directory, this test's files and every other server's).
+    client = textwrap.dedent(f"""
+        import json, os, sys, torch
+        sys.path.insert(0, {SUPPORT!r})
+        import overmind
+        from _support import fault_loaders as L
+        from overmind.testing import overmind_mapped
+        t = overmind.load(L.build, 5)
+        print(json.dumps({{"pid": os.getpid(), "mapped": overmind_mapped(t.data_ptr()),
+                          "equal": bool(torch.equal(t, L.expected(5))), "tmp": sorted(os.listdir("/tmp")),
+                          "entries": len(overmind.cache_info().entries)}}))
+    """)
+    script = (f"mount --bind {overmind_runtime} /mnt && mount -t tmpfs tmpfs /tmp && "
+              f"exec env OVERMIND_RUNTIME_DIR=/mnt OVERMIND_STRICT=1 {sys.executable} -c \"$0\"")
+    out = subprocess.run([*UNSHARE, "sh", "-c", script, client], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-4000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["pid"] == 1 and seen["tmp"] == []  # its own PID namespace and an empty /tmp
+    assert seen["mapped"] and seen["equal"] and seen["entries"] == 1, seen
+    (entry,) = overmind.cache_info().entries
+    assert entry.hits == 1  # served to the namespaced client, not published again
+
+
+def test_the_kubernetes_layout_shares_one_directory_at_one_uid():
+    """docs/deployment.md's manifests: the DaemonSet and the pod mount the same hostPath where
+    OVERMIND_RUNTIME_DIR points, as the same uid."""
+    yaml = pytest.importorskip("yaml")
+    doc = (pathlib.Path(SUPPORT).parent / "docs" / "deployment.md").read_text()
+    (block,) = [b.split("```", 1)[0] for b in doc.split("```yaml")[1:]]
+    daemonset, pod = list(yaml.safe_load_all(block))
+    assert daemonset["kind"] == "DaemonSet" and pod["kind"] == "Pod"
+
+    def layout(spec):
+        (container,) = spec["containers"]
+        env = {e["name"]: e["value"] for e in container["env"]}
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"]}
+        (name,) = [n for n, path in mounts.items() if path == env["OVERMIND_RUNTIME_DIR"]]
+        return paths[name], spec["securityContext"]["runAsUser"], container
+
+    node_dir, server_uid, server = layout(daemonset["spec"]["template"]["spec"])
+    pod_dir, pod_uid, _ = layout(pod["spec"])
+    assert node_dir == pod_dir and server_uid == pod_uid
+    assert server["command"][:2] == ["overmind", "serve"]
