@@ -11,6 +11,8 @@ import pytest
 
 from _support import fault_procs
 
+pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind._C and on its pure-Python twin
+
 LOADER = """
 import overmind
 from _support import fault_loaders as L

@@ -13,6 +13,8 @@ import pytest
 
 from _support import fault_procs
 
+pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind._C and on its pure-Python twin
+
 HOLDER = """
 import os, torch, overmind
 from _support import fault_loaders as L

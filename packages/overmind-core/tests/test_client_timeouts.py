@@ -9,6 +9,7 @@ import signal
 import time
 import warnings
 
+import pytest
 import torch
 
 import overmind
@@ -17,6 +18,8 @@ from overmind.testing import overmind_mapped, server_pids
 
 from _support import fault_loaders as L
 from _support import fault_procs
+
+pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind._C and on its pure-Python twin
 
 FRESH_LOAD = """
 import time, warnings, torch, overmind

@@ -21,6 +21,8 @@ from overmind.client import get_client
 from overmind.fallback import OvermindWarning
 from overmind.testing import run_fresh
 
+pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind._C and on its pure-Python twin
+
 NOT_STRICT = {"OVERMIND_STRICT": "0"}  # these loads fall back on purpose: a warning, not an error
 
 GRADS = '''

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 
+import pytest
 import torch
 
 import overmind
@@ -11,6 +12,8 @@ from overmind import fallback, pickling
 from overmind.errors import ServerError
 from overmind.fallback import OvermindWarning
 from overmind.testing import isolated_runtime
+
+pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind._C and on its pure-Python twin
 
 
 def _warnings_of(fn, *args):

@@ -9,6 +9,8 @@ import torch
 
 from overmind.testing import run_fresh
 
+pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind._C and on its pure-Python twin
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIG = 256 * 256  # floats: a 256 KiB tensor, so a copy of it would show in an entry's size
 

@@ -13,6 +13,8 @@ import pytest
 
 from _support import fault_procs
 
+pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind._C and on its pure-Python twin
+
 NOBODY = 65534
 
 CASE = """

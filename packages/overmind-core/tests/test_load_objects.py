@@ -11,6 +11,8 @@ import overmind
 from overmind import client as client_mod
 from overmind.testing import overmind_mapped, run_fresh
 
+pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind._C and on its pure-Python twin
+
 ALL_DTYPES = [d for d in (
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
     torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool,

@@ -1,7 +1,7 @@
 """overmind.load across fresh processes: zero-copy hits, copy-on-write isolation, stale files, key rules.
 
-Every test runs against a private server; the zero-copy tests run against both implementations
-(the compiled ``overmind._C`` and its pure-Python twin).
+Every test runs against a private server, on both zero-copy implementations (the compiled ``overmind._C``
+and its pure-Python twin: the ``impl`` fixture; the fresh processes inherit its ``OVERMIND_ZEROCOPY``).
 """
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import pytest
 import torch
 
 from overmind.testing import run_fresh
+
+pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind._C and on its pure-Python twin
 
 BUILD = '''
 import os, torch
@@ -48,11 +50,8 @@ from overmind.testing import report, overmind_mapped
 ''' + body
 
 
-@pytest.mark.parametrize("impl", ["c", "python"])
 def test_second_process_maps_shared_memory_zero_copy(overmind_runtime, weights, load_log, impl):
     env = {"OVERMIND_ZEROCOPY": impl, "OVERMIND_STRICT": "1"}
-    if impl == "c":
-        pytest.importorskip("overmind._C", reason="the compiled extension was not built")
     script = _client_script(f'''
 m = overmind.load(build, {weights!r})
 x = torch.linspace(-1, 1, 64).unsqueeze(0)

@@ -42,12 +42,9 @@ report({"before": before, "after": after, "opens": opens, "wrong": wrong,
 """
 
 
-@pytest.mark.parametrize("impl_name", ["c", "python"])
-def test_2000_loaded_objects_under_ulimit_256(overmind_runtime, impl_name, extension_problem):
-    if impl_name == "c" and extension_problem:
-        pytest.skip(f"overmind._C does not import here ({extension_problem})")
+def test_2000_loaded_objects_under_ulimit_256(overmind_runtime, impl):
     ensure_server()  # the server starts here, outside the child's fd limit
-    seen = fault_procs.run(HOLDER, {"OVERMIND_ZEROCOPY": impl_name}, timeout=120)
+    seen = fault_procs.run(HOLDER, {"OVERMIND_ZEROCOPY": impl}, timeout=120)
     assert seen.get("opens") == "ok", seen
     assert seen["wrong"] == 0 and seen["warned"] == [], seen
     assert seen["mapped"] == 20 and seen["live"] >= 2000, seen
