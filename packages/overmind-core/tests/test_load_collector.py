@@ -15,6 +15,8 @@ import pytest
 from overmind import collector
 from overmind.testing import run_fresh
 
+pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind._C and on its pure-Python twin
+
 PRELUDE = '''
 import gc, threading, warnings, weakref, torch, overmind
 from overmind import collector
