@@ -175,3 +175,24 @@ def test_what_only_python_can_run_is_execd_without_a_word(rt, tmp_path):
     assert missing.returncode == plain.returncode == 2 and missing.stderr == plain.stderr
     rs.write(str(tmp_path), "__main__.py", "print('a directory')\n")
     assert rs.run([str(tmp_path)], rt).stdout == "a directory\n"
+
+
+def test_descriptors_the_caller_left_open_are_the_programs_at_their_numbers(rt, tmp_path):
+    script = rs.write(str(tmp_path), "prog.py", """
+        import os, sys
+        fd = int(sys.argv[1])
+        os.write(fd, b"through fd %d" % fd)
+        print(os.getppid())
+    """)
+    read_end, write_end = os.pipe()
+    high = os.dup2(write_end, 37)  # a number the template holds nothing at, like a shell's 37>file
+    os.close(write_end)
+    try:
+        out = rs.run([script, str(high)], rt, pass_fds=(high,))
+    finally:
+        os.close(high)
+    got = os.read(read_end, 100)
+    os.close(read_end)
+    assert out.returncode == 0 and not rs.warnings_in(out.stderr), out.stderr
+    assert got == b"through fd 37"
+    assert int(out.stdout) in [t["pid"] for t in rs.templates(rt)], "served by the template"

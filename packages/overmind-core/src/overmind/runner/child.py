@@ -43,6 +43,7 @@ def run_job(job) -> None:
         # 'run' dying kills the group
         job.template.close_in_child(keep=conn)
         conn.setblocking(True)
+        conn = _above(conn, _targets(job.request["fds"]))
         program = become(job.request, job.fds)
         pidfd = os.pidfd_open(os.getpid())
         wire.send(conn, {"started": os.getpid()}, [pidfd])
@@ -98,9 +99,37 @@ def become(request: dict, fds: list[int]) -> dict:
     return program
 
 
+def _targets(names: list[str]) -> list[int]:
+    """The descriptor numbers the program gets: 0-2 and the caller's other inherited ones (``fd:N``)."""
+    return [0, 1, 2] + [int(n[3:]) for n in names if n.startswith("fd:")]
+
+
+def _above(conn, targets: list[int]):
+    """``conn`` moved above every number the program will own, so placing them cannot close it."""
+    import fcntl
+    import socket
+
+    high = fcntl.fcntl(conn.fileno(), fcntl.F_DUPFD_CLOEXEC, max(targets) + 1)
+    conn.close()
+    return socket.socket(fileno=high)
+
+
 def _place_descriptors(names: list[str], fds: list[int]) -> None:
-    """dup2 the caller's stdio onto 0, 1, 2 (closing those the caller had closed) and chdir to its cwd."""
-    received = dict(zip(names, fds))
+    """dup2 the caller's stdio onto 0, 1, 2 (closing those the caller had closed) and its other inherited
+    descriptors onto their numbers, and chdir to its cwd."""
+    import fcntl
+
+    targets = _targets(names)
+    floor = max(targets) + 1
+    moved = []
+    for fd in fds:  # first above every target, so that no placement closes a descriptor still to be placed
+        moved.append(fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, floor))
+        os.close(fd)
+    received = dict(zip(names, moved))
+    for name in names:
+        if name.startswith("fd:") and _is_open(int(name[3:])):
+            raise RuntimeError(f"the template holds descriptor {name[3:]}, which the program inherits from the "
+                               f"caller")
     for target, name in enumerate(("stdin", "stdout", "stderr")):
         fd = received.get(name)
         if fd is None:
@@ -110,10 +139,21 @@ def _place_descriptors(names: list[str], fds: list[int]) -> None:
                 pass
         else:
             os.dup2(fd, target)
+    for name, fd in received.items():
+        if name.startswith("fd:"):
+            os.dup2(fd, int(name[3:]))
     if "cwd" in received:
         os.fchdir(received["cwd"])
     for fd in received.values():
         os.close(fd)
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
 
 
 def _signals(caller: dict) -> None:

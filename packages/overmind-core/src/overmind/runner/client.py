@@ -125,6 +125,11 @@ def start(program: dict, inherited: dict, runtime_dir: str | None):
             if _is_open(fd):
                 names.append(name)
                 fds.append(fd)
+        for fd in inherited_descriptors():
+            names.append(f"fd:{fd}")
+            fds.append(fd)
+        if len(fds) >= wire.MAX_FDS:
+            raise Fallback(f"the program inherits {len(fds)} open descriptors, more than one request can pass")
         cwd_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         names.append("cwd")
         fds.append(cwd_fd)
@@ -286,6 +291,24 @@ def _inherited_signals() -> dict:
 
     ignored = [n for n in signals(masks.get("SigIgn", 0)) if n not in (signal.SIGPIPE, signal.SIGXFSZ)]
     return {"ignored": ignored, "blocked": signals(masks.get("SigBlk", 0))}
+
+
+def inherited_descriptors() -> list[int]:
+    """Descriptors above 2 this process was given by its caller (``3>file``, systemd's LISTEN_FDS, a make
+    jobserver): those without close-on-exec, since Python opens every descriptor of its own with it."""
+    import fcntl
+
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd <= 2:
+            continue
+        try:
+            if not fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC:
+                found.append(fd)
+        except OSError:
+            continue  # the listing's own descriptor, closed by now
+    return sorted(found)
 
 
 def _is_open(fd: int) -> bool:
