@@ -181,3 +181,14 @@ def test_version_exit_codes_and_no_server(overmind_runtime):
 
 def test_the_package_is_typed():
     assert os.path.isfile(os.path.join(os.path.dirname(overmind.__file__), "py.typed"))
+
+
+def test_doctor_says_each_thing_once_without_raw_markers(overmind_runtime):
+    """A skipped adapter's line names it once and shows its requirement without the raw environment marker."""
+    out = om("doctor").stdout
+    lines = [line for line in out.splitlines() if line.startswith("[") and "adapter " in line]
+    assert lines, out
+    for line in lines:
+        assert "extra ==" not in line and line.count("overmind:") == 0, line
+        name = line.split("adapter ", 1)[1].split(":", 1)[0]
+        assert line.count(f"adapter {name}") == 1, line

@@ -22,7 +22,6 @@ import contextlib
 import json
 import os
 import sys
-import time
 from typing import Any, Callable, Sequence
 
 from . import __version__
