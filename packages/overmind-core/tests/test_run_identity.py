@@ -196,3 +196,14 @@ def test_descriptors_the_caller_left_open_are_the_programs_at_their_numbers(rt, 
     assert out.returncode == 0 and not rs.warnings_in(out.stderr), out.stderr
     assert got == b"through fd 37"
     assert int(out.stdout) in [t["pid"] for t in rs.templates(rt)], "served by the template"
+
+
+def test_interpreter_options_select_a_template_started_with_them(rt, tmp_path):
+    script = rs.write(str(tmp_path), "prog.py", "import json, os, sys\nprint(json.dumps([sys.path, sys.flags.safe_path, os.getppid()]))\n")
+    served = subprocess.run([sys.executable, "-P", "-m", "overmind", "run", script], capture_output=True, text=True,
+                            env=rs.env(rt), timeout=240)
+    plain = subprocess.run([sys.executable, "-P", script], capture_output=True, text=True, env=rs.env(rt))
+    path, safe, parent = json.loads(served.stdout)
+    assert [path, safe] == json.loads(plain.stdout)[:2] and safe is True
+    (template,) = [t for t in rs.templates(rt) if t["pid"] == parent]
+    assert "-P" in template["key"]["options"]

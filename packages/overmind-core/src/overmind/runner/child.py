@@ -84,7 +84,9 @@ def become(request: dict, fds: list[int]) -> dict:
     program = request["program"]
     sys.orig_argv = list(request["orig_argv"])
     sys.argv = list(program["argv"])
-    sys.path[:] = [request["path0"]] + sys.path[1:] if request["path0"] is not None else sys.path[1:]
+    from .envkey import path_tail
+
+    sys.path[:] = ([request["path0"]] if request["path0"] is not None else []) + path_tail()
     main = types.ModuleType("__main__")
     main.__dict__["__builtins__"] = builtins
     main.__dict__["__annotations__"] = {}

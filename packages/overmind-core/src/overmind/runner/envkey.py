@@ -68,11 +68,21 @@ def distributions_fingerprint(path: list[str]) -> list[list]:
     return out
 
 
+def has_path0() -> bool:
+    """Whether this interpreter put a program-dependent first entry on ``sys.path`` (not with -P or -I)."""
+    return not (sys.flags.safe_path or sys.flags.isolated)
+
+
+def path_tail() -> list[str]:
+    """``sys.path`` without the program-dependent first entry (the script's folder, the cwd, '')."""
+    return sys.path[1:] if has_path0() else list(sys.path)
+
+
 def base_key(preload: list[str], path_tail: list[str] | None = None) -> dict:
     """The base key of this interpreter for the preload list ``preload``."""
     from .. import __file__ as overmind_file, __version__
 
-    tail = list(sys.path[1:] if path_tail is None else path_tail)
+    tail = list(globals()["path_tail"]() if path_tail is None else path_tail)
     return {
         "python": sys.executable,
         "version": sys.version,

@@ -70,7 +70,8 @@ class Template:
         forced_blas = not any(k in os.environ for k in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS"))
         if forced_blas:
             os.environ["OPENBLAS_NUM_THREADS"] = "1"
-        first = sys.path.pop(0) if sys.path else None  # '' (python -c): the template's cwd, not a library
+        # '' (python -c): the template's cwd, not a library; with -P or -I there is no such entry
+        first = sys.path.pop(0) if sys.path and envkey.has_path0() else None
         try:
             with envkey.EnvRecorder() as recorder:
                 import overmind
