@@ -51,7 +51,7 @@ def run_child(ckpt: str, cached: bool, env: dict) -> dict:
     out = subprocess.run([sys.executable, "-c", CHILD.format(tests=str(TESTS), ckpt=ckpt, cached=cached)],
                          env=env, capture_output=True, text=True, check=True)
     wall = time.perf_counter() - start
-    line = next(l for l in out.stdout.splitlines() if l.startswith("RESULT"))
+    line = next(x for x in out.stdout.splitlines() if x.startswith("RESULT"))
     return {**json.loads(line[len("RESULT"):]), "wall": wall}
 
 

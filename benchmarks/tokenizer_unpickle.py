@@ -35,9 +35,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=7)
     args = ap.parse_args()
 
-    from _support import tiny_models
     from transformers import CLIPTokenizer
 
+    from _support import tiny_models
     from overmind_transformers.tokenizer_reduce import reducers
 
     table = reducers()

@@ -6,14 +6,12 @@ from __future__ import annotations
 import copy
 import json
 import os
-import sys
 
 import pytest
 import torch
 
-from overmind.testing import run_fresh
-
 from _support import tiny_models
+from overmind.testing import run_fresh
 
 HERE = os.path.dirname(__file__)
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import textwrap
 from typing import Any, Callable
 

@@ -66,7 +66,7 @@ class TraceCounter:
         self.calls = 0
 
     @contextlib.contextmanager
-    def installed(self) -> Iterator["TraceCounter"]:
+    def installed(self) -> Iterator[TraceCounter]:
         import torch
 
         original = torch.jit.trace

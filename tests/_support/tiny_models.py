@@ -190,11 +190,6 @@ def build_sd_pipeline(folder: str | os.PathLike, seed: int = 0) -> Path:
     from diffusers import AutoencoderKL, PNDMScheduler, StableDiffusionPipeline
     from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
 
-    try:  # without torchvision, transformers 5 warns and falls back to the PIL image processor: ask for it directly
-        from transformers import CLIPImageProcessorPil as CLIPImageProcessor
-    except ImportError:
-        from transformers import CLIPImageProcessor
-
     folder = Path(folder)
     with _seeded(seed):
         unet = _sd_unet(seed)

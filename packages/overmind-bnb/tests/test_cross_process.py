@@ -6,11 +6,11 @@ model the first process quantizes itself with the plain loader, outside the cach
 """
 from __future__ import annotations
 
-
 import pytest
 
 from _support.bnb_testlib import CONFIGS, PROMPT_IDS, first_and_second
 from overmind.testing import run_fresh
+
 
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_from_pretrained_quantizes_once_and_second_process_maps_it(overmind_runtime, llama_path, config):

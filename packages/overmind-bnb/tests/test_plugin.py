@@ -1,8 +1,9 @@
 """The adapter as Overmind sees it: discovered through its entry point, its hooks valid, its reducers in use."""
 from __future__ import annotations
 
-from _support import pythonpath_env
 from bitsandbytes.nn import Int8Params, Params4bit
+
+from _support import pythonpath_env
 from overmind import adapters, hooks
 from overmind_bnb import plugin
 from overmind_bnb.reducers import reduce_quantized_param

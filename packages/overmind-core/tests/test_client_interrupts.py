@@ -7,8 +7,6 @@ waiting on that claim) and, for the claim test, a third loader.
 """
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from _support import fault_procs

@@ -12,10 +12,9 @@ import tempfile
 
 import pytest
 
+from _support import fault_procs
 from overmind.launcher import ensure_server
 from overmind.testing import server_pids, stop_servers
-
-from _support import fault_procs
 
 NOBODY = 65534
 SYSTEM_PYTHON = "/usr/bin/python3"  # nobody cannot read the interpreter under /root

@@ -13,11 +13,10 @@ import pytest
 import torch
 
 import overmind
-from overmind.fallback import OvermindWarning
-from overmind.testing import overmind_mapped, server_pids
-
 from _support import fault_loaders as L
 from _support import fault_procs
+from overmind.fallback import OvermindWarning
+from overmind.testing import overmind_mapped, server_pids
 
 pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind._C and on its pure-Python twin
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 import pytest
-import torch
 
 from overmind.testing import run_fresh
 

@@ -7,7 +7,6 @@ then a load.
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 

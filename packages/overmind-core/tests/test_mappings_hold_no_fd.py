@@ -3,13 +3,8 @@ under ``ulimit -n 256`` still opens files, and its fd count stays small (on both
 """
 from __future__ import annotations
 
-import os
-
-import pytest
-
-from overmind.launcher import ensure_server
-
 from _support import fault_procs
+from overmind.launcher import ensure_server
 
 HOLDER = """
 import os, resource, warnings, torch, overmind

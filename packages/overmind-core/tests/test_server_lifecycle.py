@@ -12,8 +12,8 @@ import pytest
 
 from overmind.client import Client
 from overmind.errors import ServerUnavailable
-from overmind.protocol import PROTOCOL_VERSION, recv_message, send_message
 from overmind.launcher import accepts, server_lock_free
+from overmind.protocol import PROTOCOL_VERSION, recv_message, send_message
 
 NOBODY = 65534
 

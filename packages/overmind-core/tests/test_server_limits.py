@@ -15,8 +15,8 @@ import time
 import pytest
 
 from overmind.client import Client
-from overmind.protocol import PROTOCOL_VERSION, recv_message, send_message
 from overmind.launcher import accepts
+from overmind.protocol import PROTOCOL_VERSION, recv_message, send_message
 
 PIDS_CGROUP = "/sys/fs/cgroup/pids"
 
@@ -43,7 +43,7 @@ def _closed_by_server(sock: socket.socket, within: float) -> bool:
     sock.settimeout(within)
     try:
         return sock.recv(1) == b""
-    except socket.timeout:
+    except TimeoutError:
         return False
     except ConnectionResetError:
         return True

@@ -30,11 +30,12 @@ def entry_of_loader(suffix):
 def tiny(tmp_path_factory):
     """Folders of the tiny SD pipeline, two fp16 ControlNets, a saved MultiControlNetModel, a single-file VAE and a
     custom pipeline (see tests/_support/tiny_models.py), built once per session."""
-    from _support import tiny_models as tm
     import torch
     from diffusers import ControlNetModel
     from diffusers.models.controlnets.multicontrolnet import MultiControlNetModel
     from safetensors.torch import save_file
+
+    from _support import tiny_models as tm
 
     root = tmp_path_factory.mktemp("tiny-diffusers")
     paths = tm.build_sd_controlnet_set(root)

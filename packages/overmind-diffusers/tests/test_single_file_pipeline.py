@@ -8,7 +8,6 @@ import pytest
 
 from _support.ldm_checkpoint import write_ldm_checkpoint
 
-
 MODULES = ("unet", "vae", "text_encoder")
 
 
@@ -20,10 +19,11 @@ def ldm_file(tiny, tmp_path_factory):
 
 def test_plain_from_single_file_equals_the_tiny_pipeline_bitwise(tiny, ldm_file):
     """Checks the diffusers -> LDM writer itself: diffusers' own converter must give back every weight exactly."""
-    from _support import tiny_models as tm
     import torch
     from diffusers import StableDiffusionPipeline
     from safetensors import safe_open
+
+    from _support import tiny_models as tm
 
     ref = StableDiffusionPipeline.from_pretrained(tiny["ckpt"])
     got = StableDiffusionPipeline.from_single_file(ldm_file, config=tiny["ckpt"], safety_checker=None,

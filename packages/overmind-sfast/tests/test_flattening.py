@@ -12,10 +12,10 @@ from sfast.compilers.diffusion_pipeline_compiler import _build_lazy_trace  # noq
 from sfast.utils import flat_tensors  # noqa: E402
 from transformers.modeling_outputs import BaseModelOutputWithPooling  # noqa: E402
 
-from overmind_sfast import flattening  # noqa: E402
 from _support.sfast_modules import Encoder, LocalModel, Pair, PairModel  # noqa: E402
 from _support.sfast_pipelines import cpu_config  # noqa: E402
 from _support.sfast_roundtrip import roundtrip  # noqa: E402
+from overmind_sfast import flattening  # noqa: E402
 
 
 def traced(module):
@@ -64,8 +64,9 @@ def test_rebuilt_module_needs_no_patch(sfast_patched, table):
 def test_without_the_patch_the_class_is_lost(table, monkeypatch):
     """Why the patch exists: stable-fast's own encoding does not survive saving (its clean-up attribute is
     replaced here so that the module can be saved at all)."""
-    from overmind_sfast import clear_hooks
     from sfast.jit import utils
+
+    from overmind_sfast import clear_hooks
 
     monkeypatch.setattr(utils, "attach_script_module_clear_hook", clear_hooks.attach_script_module_clear_hook)
     wrapper, _ = traced(Encoder().eval())

@@ -10,12 +10,12 @@ import pytest
 pytest.importorskip("sfast", reason="stable-fast is not installed (scripts/setup installs it from ../shared/wheels)")
 torch = pytest.importorskip("torch")
 
-from overmind import activation# noqa: E402
-from overmind.testing import check_patch_symmetry, check_targets_resolve  # noqa: E402
 from sfast.jit import utils as sfast_jit_utils  # noqa: E402
 from sfast.jit.trace_helper import lazy_trace  # noqa: E402
 from sfast.utils import flat_tensors  # noqa: E402
 
+from overmind import activation  # noqa: E402
+from overmind.testing import check_patch_symmetry, check_targets_resolve  # noqa: E402
 from overmind_sfast import clear_hooks, flattening, reducers  # noqa: E402
 
 

@@ -14,7 +14,6 @@ imported at all. An adapter is *live* once its libraries are imported (see :mod:
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from dataclasses import dataclass, field
 from importlib import metadata

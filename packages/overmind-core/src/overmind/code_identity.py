@@ -47,7 +47,7 @@ def _under_installed_root(path: str) -> bool:
     return any(real == r or real.startswith(r + os.sep) for r in _ROOTS)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _packages_distributions() -> dict:
     from importlib.metadata import packages_distributions
 

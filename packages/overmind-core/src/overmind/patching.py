@@ -48,7 +48,8 @@ class PatchTarget:
     replacement: Any = None
 
     def describe(self) -> str:
-        owner = getattr(self.owner, "__module__", "") + "." + getattr(self.owner, "__qualname__", getattr(self.owner, "__name__", "?"))
+        name = getattr(self.owner, "__qualname__", getattr(self.owner, "__name__", "?"))
+        owner = getattr(self.owner, "__module__", "") + "." + name
         if inspect.ismodule(self.owner):
             owner = self.owner.__name__
         return f"{owner}.{self.name}"

@@ -22,7 +22,7 @@ class Model(torch.nn.Module):
         self.handle = handle
 
     @classmethod
-    def from_pretrained(cls, path: str, scale: float = 1.0) -> "Model":
+    def from_pretrained(cls, path: str, scale: float = 1.0) -> Model:
         """Reads a tensor saved with torch.save; appends a line to $FIXTURE_LOAD_LOG per real load."""
         log = os.environ.get("FIXTURE_LOAD_LOG")
         if log:
