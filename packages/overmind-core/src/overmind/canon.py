@@ -63,7 +63,7 @@ class Walk:
 
     def __init__(self, hook: Callable[[Any], Any] | None = None) -> None:
         self.hook = hook
-        self.memo: dict[int, int] = {}
+        self.memo: dict[Any, int] = {}  # id(obj), or ("type", id(cls)) for a class met by type_id
         self.keep: list[Any] = []  # memo ids stay valid while the walk lives
         self.storages: dict[tuple, int] = {}
         self.nodes = 0
@@ -169,7 +169,7 @@ class Walk:
         elif isinstance(v, (set, frozenset)):
             parts.append(("items", self._sorted(v, depth)))
         elif isinstance(v, (int, float, complex, str, bytes, bytearray)):
-            base = next(b for b in t.__mro__ if b in (int, float, complex, str, bytes, bytearray))
+            base: Any = next(b for b in t.__mro__ if b in (int, float, complex, str, bytes, bytearray))
             parts.append(("value", self.value(base(v), depth)))
         elif isinstance(v, BaseException):
             parts.append(("args", self.value(v.args, depth)))
@@ -209,10 +209,10 @@ class Walk:
         if dist is not None or cls.__module__ == "builtins":
             return ("type", name, dist)
         ident = id(cls)
-        seen = self.memo.get(("type", ident))  # type: ignore[arg-type]
+        seen = self.memo.get(("type", ident))
         if seen is not None:
             return ("type-ref", seen)
-        self.memo[("type", ident)] = len(self.memo)  # type: ignore[index]
+        self.memo[("type", ident)] = len(self.memo)
         self.keep.append(cls)
         self._count_function(name)
         body = []

@@ -17,7 +17,7 @@ import struct
 import sys
 import sysconfig
 import types
-from typing import Any
+from typing import Any, Mapping
 
 
 def _installed_roots() -> tuple[str, ...]:
@@ -48,7 +48,7 @@ def _under_installed_root(path: str) -> bool:
 
 
 @functools.cache
-def _packages_distributions() -> dict:
+def _packages_distributions() -> Mapping[str, list[str]]:
     from importlib.metadata import packages_distributions
 
     return packages_distributions()

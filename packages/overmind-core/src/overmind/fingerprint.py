@@ -23,7 +23,7 @@ def fingerprint(path: str) -> tuple:
     st = os.stat(path)
     if not os.path.isdir(path):
         return _stat_row(st)
-    rows = [("", _stat_row(st)[3:])]
+    rows: list[tuple] = [("", _stat_row(st)[3:])]
     for root, dirs, files in os.walk(path, followlinks=True):
         dirs.sort()
         for name in sorted(files):

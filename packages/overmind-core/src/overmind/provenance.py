@@ -18,6 +18,7 @@ tracked; any other result (a tokenizer, a pipeline) is keyed by its content ever
 """
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from typing import Any, Callable
@@ -111,7 +112,7 @@ def remember_origin(obj: Any, key: str, describe_config: Callable[[Any], Any]) -
     if shot is None:
         return
     try:
-        ref = weakref.ref(obj, lambda _r, i=id(obj): _forget(i, _r))
+        ref = weakref.ref(obj, functools.partial(_forget, id(obj)))
     except TypeError:
         return
     with _lock:
