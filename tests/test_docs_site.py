@@ -25,3 +25,17 @@ def test_the_docs_site_builds_strict_with_every_setting_and_command(tmp_path):
     for command in ("overmind ls", "overmind evict", "--dry-run", "--sort", "overmind doctor"):
         assert command in cli, command
     assert not (tmp_path / "site" / "hooks").exists()
+
+
+def test_the_checked_in_generated_blocks_are_current():
+    """docs/settings.md and docs/cli.md hold the generated tables too (readable without the site): they must
+    be what docs/hooks/generated.py makes now. Refresh with: python docs/hooks/generated.py"""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_generated", ROOT / "docs" / "hooks" / "generated.py")
+    generated = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generated)
+    for page in ("settings.md", "cli.md"):
+        text = (ROOT / "docs" / page).read_text()
+        assert "<!-- /generated -->" in text
+        assert generated.fill(text) == text, f"docs/{page} is stale: run python docs/hooks/generated.py"
