@@ -177,3 +177,48 @@ def test_concurrent_pauses_end_with_the_last_one():
     finally:
         release_first.set()
         (gc.enable if was else gc.disable)()
+
+
+def test_a_child_forked_while_another_thread_pauses_gets_its_collector_back():
+    out = run_fresh('''
+import gc, os, threading, json
+from overmind import collector
+from overmind.testing import report
+
+inside, leave = threading.Event(), threading.Event()
+
+def pauser():
+    with collector.paused():
+        inside.set()
+        leave.wait(30)
+
+gc.enable()
+t = threading.Thread(target=pauser)
+t.start()
+inside.wait(30)
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:  # only this thread lives on here: the other thread's pause is gone
+    state = {"enabled": gc.isenabled(), "depth": collector.depth()}
+    with collector.paused():
+        state["paused_again"] = not gc.isenabled()
+    with collector.paused():
+        inner = os.fork()
+        if inner == 0:  # forked from inside this thread's own pause: it ends here as usual
+            still = not gc.isenabled()
+            os._exit(0 if still else 3)
+        _, code = os.waitpid(inner, 0)
+    state["inner_child_ok"] = os.waitstatus_to_exitcode(code) == 0
+    state["enabled_after"] = gc.isenabled()
+    os.write(w, json.dumps(state).encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+child = json.loads(os.read(r, 4096))
+parent_during = gc.isenabled()
+leave.set()
+t.join(30)
+report({"child": child, "parent_during": parent_during, "parent_after": gc.isenabled()})
+''')
+    assert out["child"] == {"enabled": True, "depth": 0, "paused_again": True, "inner_child_ok": True,
+                            "enabled_after": True}, out
+    assert out["parent_during"] is False and out["parent_after"] is True, out

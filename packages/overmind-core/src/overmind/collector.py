@@ -13,7 +13,8 @@ outermost pause ends it
   the objects made during the load, never the whole heap), so the counters do not fire a collection at the
   next allocation, i.e. at the start of the next load;
 - restores the user's setting exactly: enabled again only if it was enabled when the outermost pause
-  began; the thresholds are never touched.
+  began; the thresholds are never touched. A child forked while another thread had the collector paused
+  gets it back at once (that thread's pause does not exist in the child).
 
 The full collections the load's objects make due still run, at the next allocation the collector counts
 outside a load: the user's cycles are collected as they would be without Overmind, only not inside it.
@@ -25,38 +26,63 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os as _os
 import threading
 from typing import Iterator
 
 _lock = threading.Lock()
-_depth = 0  # pauses in progress, all threads together: the collector is one per process
+_held: dict[int, int] = {}  # thread ident -> pauses it has in progress (the collector is one per process)
 _resume = False  # whether the outermost pause found the collector enabled
+_enabling = False  # the last pause ended and is about to enable the collector again
 
 
 @contextlib.contextmanager
 def paused() -> Iterator[None]:
     """No automatic collection inside; nested and concurrent pauses end with the last one."""
-    global _depth, _resume
+    global _resume, _enabling
+    me = threading.get_ident()
     with _lock:
-        if _depth == 0:
+        if not _held:
             _resume = gc.isenabled()
             gc.disable()
-        _depth += 1
+        _held[me] = _held.get(me, 0) + 1
     try:
         yield
     finally:
         with _lock:
-            _depth -= 1
-            resume = _depth == 0 and _resume
+            left = _held.pop(me) - 1
+            if left:
+                _held[me] = left
+            resume = not _held and _resume
             if resume:
-                _resume = False
+                _resume, _enabling = False, True
         if resume:
-            _collect_young_if_due()  # outside the lock: a finalizer it runs may load, and pause again
-            with _lock:
-                if _depth == 0:
-                    gc.enable()
-                else:
-                    _resume = True  # a pause began meanwhile (found it off): that one enables it when it ends
+            try:
+                _collect_young_if_due()  # outside the lock: a finalizer it runs may load, and pause again
+            finally:
+                with _lock:
+                    _enabling = False
+                    if not _held:
+                        gc.enable()
+                    else:
+                        _resume = True  # a pause began meanwhile (found it off): that one enables it when it ends
+
+
+def _after_fork_in_child() -> None:
+    """Only the forking thread lives on in a child: the pauses of the others ended with them."""
+    global _lock, _resume, _enabling
+    _lock = threading.Lock()  # another thread may have held it at the fork
+    mine = _held.get(threading.get_ident(), 0)
+    _held.clear()
+    if mine:
+        _held[threading.get_ident()] = mine
+    elif _resume or _enabling:
+        _resume = _enabling = False
+        gc.enable()
+
+
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _collect_young_if_due() -> None:
@@ -67,5 +93,5 @@ def _collect_young_if_due() -> None:
 
 
 def depth() -> int:
-    """How many pauses are in progress (0 outside any load)."""
-    return _depth
+    """How many pauses are in progress, all threads together (0 outside any load)."""
+    return sum(_held.values())
