@@ -94,7 +94,8 @@ def test_doctor_brief_prints_one_line_per_check(served):
     lines = out.stdout.splitlines()
     names = [line.split()[1] for line in lines]
     assert names[:5] == ["memfd", "runtime", "budget", "server", "zero-copy"]
-    assert set(names[5:]) == {"adapter"}  # then one line per installed adapter
+    # then one line per installed adapter, then one per installed library (overmind.compatibility)
+    assert set(names[5:]) == {"adapter", "library"} and names[5:] == sorted(names[5:])
     assert any(line.split()[2] == "future" and "skipped" in line and "torch>=99" in line for line in lines[5:])
     assert all(line.split()[0] in ("ok", "warn") for line in lines)
     assert f"pid {proc.pid}, protocol 2" in out.stdout
