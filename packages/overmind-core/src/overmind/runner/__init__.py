@@ -15,5 +15,6 @@ One job per module:
 * :mod:`.registry`: the templates' files in the runtime directory; finding, starting, stopping them.
 * :mod:`.wire`: the messages, with file descriptors, between ``run`` and a template.
 * :mod:`.threads`: OpenBLAS's threads (none in the template, the usual count in each child).
+* :mod:`.sources`: whether the code the template imported is still the code on disk (inotify).
 * :mod:`.commands`: what ``overmind`` (cli.py) adds for templates.
 """

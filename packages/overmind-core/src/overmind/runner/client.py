@@ -89,7 +89,21 @@ def path0(program: dict) -> str | None:
 
 
 def start(program: dict, inherited: dict, runtime_dir: str | None):
-    """Find or start the template and have it fork the program; returns (connection, pidfd, pid)."""
+    """Find or start the template and have it fork the program; returns (connection, pidfd, pid).
+
+    A template that refuses because a module it imported changed on disk has stopped serving: once, a new
+    one is found or started instead."""
+    try:
+        return _start(program, inherited, runtime_dir)
+    except Stale:
+        return _start(program, inherited, runtime_dir)
+
+
+class Stale(Fallback):
+    """The template's imported code changed on disk; it stopped serving."""
+
+
+def _start(program: dict, inherited: dict, runtime_dir: str | None):
     from . import envkey, preload, registry, wire
 
     if sys.flags.inspect or sys.flags.interactive:
@@ -147,6 +161,8 @@ def start(program: dict, inherited: dict, runtime_dir: str | None):
             os.close(fd)
         conn.close()
         why = message.get("refused") or message.get("failed") or f"unexpected answer {message}"
+        if message.get("stale"):
+            raise Stale(f"the template could not run the program: {why}")
         raise Fallback(f"the template could not run the program: {why}")
     return conn, got[0], int(message["started"])
 

@@ -90,6 +90,10 @@ class Template:
         self.id = f"{self.base_id}-{env_id}"
         self.socket_path = os.path.join(self.directory, self.id + ".sock")
         self.info_path = os.path.join(self.directory, self.id + ".json")
+        from .sources import SourceWatch
+
+        self.sources = SourceWatch()  # after the imports: watches the files of every module imported
+        self.sel.register(self.sources, selectors.EVENT_READ, ("sources", None))
         gc.collect()
         gc.freeze()
         self.info = {
@@ -143,6 +147,8 @@ class Template:
                     self._child_exited(data)
                 elif kind == "client":
                     self._client_event(key.fileobj, data)
+                elif kind == "sources":
+                    self._check_sources()
             if time.monotonic() >= next_tick:
                 next_tick = time.monotonic() + _TICK_S
                 self._tick()
@@ -188,6 +194,10 @@ class Template:
             self._reply_and_close(conn, {"refused": "the template is stopping" if self.stopping
                                          else f"unknown request {op!r}"}, fds)
             return None
+        stale = self._check_sources()
+        if stale:
+            self._reply_and_close(conn, {"refused": stale, "stale": True}, fds)
+            return None
         problem = fork_problem()
         if problem:
             self._reply_and_close(conn, {"refused": f"template pid {os.getpid()} {problem}"}, fds)
@@ -215,6 +225,15 @@ class Template:
         conn.setblocking(False)
         self.sel.register(conn, selectors.EVENT_READ, ("client", pidfd))
         return None
+
+    def _check_sources(self) -> str | None:
+        """Why this template must not serve any more (a module it imported changed on disk), or None."""
+        changed = self.sources.changed()
+        if changed is None:
+            return None
+        why = f"{changed} changed on disk after template pid {os.getpid()} imported it"
+        self._stop(why)
+        return why
 
     def _reply_and_close(self, conn: socket.socket, message: dict, fds: list[int]) -> None:
         from . import wire
