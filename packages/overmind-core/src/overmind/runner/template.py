@@ -16,8 +16,8 @@ The loop is one thread with a selector: the listening socket, each connection wa
 and for each running child its pidfd (readable when the child exits: the status goes to its ``run``) and
 its connection (closed when ``run`` died: the child's process group gets SIGKILL). SIGTERM (``overmind
 stop``) stops accepting; the template exits once its children have. It exits by itself after
-``OVERMIND_TEMPLATE_IDLE`` seconds (default 3600) without a run, or when its socket or runtime directory
-goes away.
+``OVERMIND_TEMPLATE_IDLE`` seconds (default 3600) without a run, when its socket or runtime directory goes
+away, and it stops serving once a module it imported changes on disk (:mod:`overmind.runner.sources`).
 """
 from __future__ import annotations
 
