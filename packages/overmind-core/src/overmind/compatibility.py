@@ -93,7 +93,7 @@ def library_versions() -> list[LibraryVersion]:
 
 def checks() -> list:
     """``overmind doctor``'s lines: one per installed library, ok when in its tested range, else a warning."""
-    from .doctor import OK, WARN, Check
+    from .checks import OK, WARN, Check
 
     out = []
     for row in library_versions():

@@ -12,23 +12,13 @@ import mmap
 import os
 import re
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 from . import __version__, compatibility, runtime, settings
 from .protocol import PROTOCOL_VERSION
 from .shm import seals as entry_seals
 
-OK, WARN, FAIL = "ok", "warn", "fail"
-
-
-@dataclass
-class Check:
-    """The outcome of one check."""
-
-    name: str
-    state: str
-    detail: str
-    fix: str = ""
+from .checks import FAIL, OK, WARN, Check  # noqa: F401 - re-exported: doctor.Check, doctor.OK, ...
 
 
 def all_checks(runtime_dir: str | None = None) -> list[Check]:

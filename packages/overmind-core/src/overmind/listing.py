@@ -15,6 +15,7 @@ import time
 from typing import Iterable, Sequence
 
 from .cache import CacheEntry
+from .humanize import human_bytes, human_duration
 
 SORTS = {"last-use": lambda e: -e.last_used, "size": lambda e: -(e.nbytes + e.referenced_nbytes),
          "hits": lambda e: -e.hits}
@@ -96,8 +97,6 @@ def _cut_end(text: str, width: int) -> str:
 def render(entries: Iterable[CacheEntry], width: int | None = None, *, sort: str = "last-use",
            now: float | None = None) -> list[str]:
     """The table's lines (header first, total last), each at most ``width`` characters."""
-    from .cli import human_bytes, human_duration
-
     rows = sorted(entries, key=SORTS[sort])
     if not rows:
         return ["no entries cached"]

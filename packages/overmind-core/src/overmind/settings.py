@@ -264,7 +264,7 @@ def quiet() -> Iterator[None]:
 
 
 def _warn(message: str) -> None:
-    from .fallback import OvermindWarning, warn_at_user_line
+    from .userline import OvermindWarning, warn_at_user_line
 
     warn_at_user_line(OvermindWarning(message))
 

@@ -57,7 +57,7 @@ def print_templates(args: argparse.Namespace) -> None:
     except Exception as exc:
         print(f"templates: cannot list them: {exc}", file=sys.stderr)
         return
-    from ..cli import human_duration
+    from ..humanize import human_duration
 
     if not found:
         print("templates none running (the first 'overmind run' starts one)")
