@@ -91,6 +91,9 @@ class Template:
         self.socket_path = os.path.join(self.directory, self.id + ".sock")
         self.info_path = os.path.join(self.directory, self.id + ".json")
         from .sources import SourceWatch
+        from .threads import find_setters
+
+        find_setters()
 
         self.sources = SourceWatch()  # after the imports: watches the files of every module imported
         self.sel.register(self.sources, selectors.EVENT_READ, ("sources", None))

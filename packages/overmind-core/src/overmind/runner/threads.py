@@ -44,13 +44,14 @@ def loaded_openblas() -> list[str]:
     return paths
 
 
-def restore_openblas(environ: dict[str, str]) -> None:
-    """Give every loaded OpenBLAS the thread count a fresh process with ``environ`` would have."""
-    paths = loaded_openblas()
-    if not paths:
-        return
-    count = openblas_thread_count(environ)
-    for path in paths:
+_setters: list | None = None  # found once, in the template (reading /proc/self/maps there, not in every child)
+
+
+def find_setters() -> list:
+    """The thread-count setters of every OpenBLAS loaded now (the template calls this after its imports)."""
+    global _setters
+    _setters = []
+    for path in loaded_openblas():
         try:
             lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
         except OSError:
@@ -59,5 +60,15 @@ def restore_openblas(environ: dict[str, str]) -> None:
             setter = getattr(lib, name, None)
             if setter is not None:
                 setter.argtypes = [ctypes.c_int]
-                setter(count)
+                _setters.append(setter)
                 break
+    return _setters
+
+
+def restore_openblas(environ: dict[str, str]) -> None:
+    """Give every loaded OpenBLAS the thread count a fresh process with ``environ`` would have."""
+    setters = find_setters() if _setters is None else _setters
+    if setters:
+        count = openblas_thread_count(environ)
+        for setter in setters:
+            setter(count)
