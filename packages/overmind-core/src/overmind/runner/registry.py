@@ -208,20 +208,27 @@ def connect(info: dict, timeout: float = 10.0) -> socket.socket:
 
 
 def stop_all(runtime_dir: str | None = None, timeout: float = 10.0) -> list[int]:
-    """Ask every template of ``runtime_dir`` to stop (SIGTERM); SIGKILL those still there after ``timeout``.
-    Returns their pids. A template that stops lets its running programs finish."""
-    pids = [int(info["pid"]) for info in templates(runtime_dir)]
-    pids += [pid for pid in template_pids(runtime.runtime_dir(runtime_dir)) if pid not in pids]
+    """Ask every template of ``runtime_dir`` to stop (SIGTERM) and return their pids.
+
+    A template stops taking requests at once and exits when its running programs have ended, which may be
+    much later: that is not waited for. One still taking requests after ``timeout`` seconds (wedged) is
+    killed. One still importing has no SIGTERM handler yet: the signal ends it."""
+    serving = {int(info["pid"]) for info in templates(runtime_dir)}
+    pids = sorted(serving | set(template_pids(runtime.runtime_dir(runtime_dir))))
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
+
+    def still_serving() -> list[int]:
+        listening = {int(info["pid"]) for info in templates(runtime_dir)}
+        return [p for p in pids if _alive(p) and p in listening]
+
     deadline = time.monotonic() + timeout
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    while still_serving() and time.monotonic() < deadline:
         time.sleep(0.05)
-    for pid in pids:
-        if _alive(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+    for pid in still_serving():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     return pids
 
 
