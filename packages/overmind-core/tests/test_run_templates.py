@@ -6,6 +6,7 @@ one template; ``overmind status`` lists the templates and ``overmind stop`` ends
 from __future__ import annotations
 
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -73,8 +74,8 @@ def test_a_template_killed_mid_request_falls_back_to_plain_python(rt, tmp_path):
     os.kill(template["pid"], signal.SIGSTOP)  # it takes no request now; the kernel still queues connections
     try:
         proc = rs.start([script, "during"], rt)
-        # Wait until run sent its request and blocks reading the answer (recvmsg is syscall 47 on x86-64).
-        rs.wait_for(lambda: _syscall(proc.pid) == "47", what="run to wait for the template's answer")
+        # Wait until run sent its request and blocks reading the answer (in recvmsg).
+        rs.wait_for(lambda: _syscall(proc.pid) == RECVMSG, what="run to wait for the template's answer")
     finally:
         os.kill(template["pid"], signal.SIGKILL)
     out, err = proc.communicate(timeout=240)
@@ -82,6 +83,9 @@ def test_a_template_killed_mid_request_falls_back_to_plain_python(rt, tmp_path):
     assert out.split()[1] == "during" and out.split()[0] != str(template["pid"])
     warned = rs.warnings_in(err)
     assert len(warned) == 1 and "did not start the program" in warned[0], err
+
+
+RECVMSG = {"x86_64": "47", "aarch64": "212"}.get(platform.machine(), "47")
 
 
 def _syscall(pid: int) -> str | None:
