@@ -98,6 +98,10 @@ class Client:
                 close_fds(fds)
                 return GetResult(reply["status"])
             return GetResult("hit", reply["entry"], self._pair(reply.get("fd_entries", []), fds))
+        except (ReplyTimeout, *_BROKEN):
+            close_fds(fds)
+            self._drop_connection()
+            raise
         except OvermindError:
             raise
         except BaseException:
@@ -329,9 +333,6 @@ class Client:
                                  "version": __version__})
             reply, fds = recv_message(timed)  # type: ignore[arg-type]
             close_fds(fds)
-        except OvermindError:
-            sock.close()
-            raise
         except ReplyTimeout:
             sock.close()
             self.server_info = {"server_pid": server_pid}
@@ -342,6 +343,9 @@ class Client:
                 f"overmind: the server at {self.socket_path} closed the connection during hello ({exc}); "
                 f"it may be broken or stopping. See {self.log_path}."
             ) from None
+        except OvermindError:
+            sock.close()
+            raise
         except BaseException:
             sock.close()
             raise

@@ -18,6 +18,8 @@ import socket
 import struct
 from typing import Any, Iterable
 
+from .errors import OvermindError
+
 # 2: publish replies like a get hit (the entry and its fds), so a miss costs one round trip. A client and a
 # server of different versions refuse each other at hello with a message naming the fix ('overmind stop').
 PROTOCOL_VERSION = 2
@@ -32,11 +34,11 @@ _FD_SIZE = array.array("i").itemsize
 _RECV_FLAGS = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
 
 
-class ConnectionClosed(ConnectionError):
+class ConnectionClosed(OvermindError, ConnectionError):
     """The peer closed the connection (or died) before a whole frame arrived."""
 
 
-class FrameError(ValueError):
+class FrameError(OvermindError, ValueError):
     """The peer sent bytes that are not a valid frame (bad length, bad JSON, lost fds)."""
 
 

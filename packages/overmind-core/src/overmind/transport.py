@@ -14,12 +14,14 @@ import select
 import socket
 import time
 
+from .errors import OvermindError
 
-class ReplyTimeout(Exception):
+
+class ReplyTimeout(OvermindError):
     """The server did not answer within the deadline (stopped, wedged or overloaded)."""
 
 
-class TransportError(ConnectionError):
+class TransportError(OvermindError, ConnectionError):
     """The kernel reported the connection broken (reset, EPIPE, ...)."""
 
 

@@ -22,11 +22,13 @@ import resource
 import signal
 import sys
 
+from ..errors import OvermindError
+
 FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGWINCH", "SIGCONT", "SIGUSR1", "SIGUSR2", "SIGALRM")
 ENV_DISABLE = "OVERMIND_RUN_DISABLE"
 
 
-class Fallback(Exception):
+class Fallback(OvermindError):
     """Run the program with plain python; the message (if any) is the one warning."""
 
 

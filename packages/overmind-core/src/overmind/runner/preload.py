@@ -26,6 +26,8 @@ import importlib
 import os
 import time
 
+from ..errors import OvermindError
+
 ENV = "OVERMIND_PRELOAD"
 DEFAULT = "@default"
 # Classes whose import pulls in the bulk of a lazily-importing library (diffusers and transformers import
@@ -38,7 +40,7 @@ LAZY_ATTRIBUTES = {
 }
 
 
-class PreloadSettingError(ValueError):
+class PreloadSettingError(OvermindError, ValueError):
     """A preload setting cannot be read (a malformed pyproject.toml table); the message names the file."""
 
 

@@ -15,12 +15,14 @@ import json
 import socket
 import struct
 
+from ..errors import OvermindError
+
 MAX_FRAME = 64 << 20  # an environment and argv fit many times over
 MAX_FDS = 250  # the kernel's SCM_MAX_FD is 253 per message
 _LEN = struct.Struct(">I")
 
 
-class Closed(ConnectionError):
+class Closed(OvermindError, ConnectionError):
     """The other end closed the connection (before or inside a frame)."""
 
 
