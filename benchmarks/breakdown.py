@@ -57,12 +57,15 @@ def _timed(name: str, fn):
     return wrapper
 
 
-def _collections(phase: str, info: dict, _start=[0.0]) -> None:
+_collection_start = [0.0]
+
+
+def _collections(phase: str, info: dict) -> None:
     if phase == "start":
-        _start[0] = time.perf_counter()
+        _collection_start[0] = time.perf_counter()
         return
     name = "collector" if _depth.get("load", 0) or _depth.get("key", 0) else "collector_outside"
-    totals[name] = totals.get(name, 0.0) + time.perf_counter() - _start[0]
+    totals[name] = totals.get(name, 0.0) + time.perf_counter() - _collection_start[0]
     calls[name] = calls.get(name, 0) + 1
     if info.get("generation") == 2:
         calls[name + "_full"] = calls.get(name + "_full", 0) + 1

@@ -33,7 +33,7 @@ class Encoded:
     meta: dict[str, Any]
 
 
-def encode(result: Any, loader: "Loader", summary: str, arguments: dict | None = None, *,
+def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = None, *,
            reference_mapped: bool = True, before_write: Callable[[], None] | None = None) -> Encoded:
     """Write ``result`` into a sealed memfd.
 
@@ -57,7 +57,7 @@ def encode(result: Any, loader: "Loader", summary: str, arguments: dict | None =
     return Encoded(fd, sorted(pickled.deps), meta)
 
 
-def _pickle(result: Any, loader: "Loader", reference_mapped: bool, arguments: dict | None) -> pickling.Pickled:
+def _pickle(result: Any, loader: Loader, reference_mapped: bool, arguments: dict | None) -> pickling.Pickled:
     with contextlib.ExitStack() as stack:
         stack.enter_context(hooks.prepare_result(result, loader))
         return pickling.dumps(result, hooks.reducers(), reference_mapped=reference_mapped, arguments=arguments)

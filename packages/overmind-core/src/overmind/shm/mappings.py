@@ -13,7 +13,6 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, NamedTuple
 
-
 if TYPE_CHECKING:
     from .reader import EntryMapping
 
@@ -28,7 +27,7 @@ class Location(NamedTuple):
     offset: int  # relative to the entry's data region
 
 
-def register(m: "EntryMapping") -> None:
+def register(m: EntryMapping) -> None:
     """Record ``m``'s data region until its mmap is freed (the storages over it keep the mmap alive,
     possibly long after the EntryMapping object itself is gone)."""
     start, end, token = m.data_address, m.address + len(m.mm), object()
