@@ -91,7 +91,7 @@ def _decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None) 
         return (own if where is None else maps[where]).storage(offset, nbytes)
 
     obj = pickling.loads(own.skeleton(), storage_source, meta.get("pickler", "pickle"), arguments,
-                         meta.get("argument_aliases") or ())
+                         list(meta.get("argument_aliases") or ()))
     obj = hooks.after_unpickle(obj, adapters_meta)
     if arguments_ref.ArgumentIndex(arguments).path_of(obj) is None:
         # (an argument returned as it was keeps its own origin)

@@ -88,7 +88,7 @@ _MERGE_GAP_PAGES = 4096
 def all_pristine(ranges: list[tuple[int, int]]) -> bool:
     """Whether every ``(ptr, nbytes)`` range is untouched; reads /proc/self/pagemap once per cluster of
     nearby ranges (a module's parameters in one mapping are one read), not once per tensor."""
-    spans: list[list[int]] = []
+    spans: list[list] = []  # [first page, last page, (first, last) of each range in it...]
     for ptr, nbytes in sorted(r for r in ranges if r[1] > 0):
         first, last = ptr // PAGE, (ptr + nbytes - 1) // PAGE
         if spans and first <= spans[-1][1] + _MERGE_GAP_PAGES:
