@@ -9,10 +9,10 @@ import shlex
 import subprocess
 import sys
 import textwrap
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 import overmind
 

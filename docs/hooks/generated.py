@@ -23,9 +23,9 @@ def _settings_table() -> str:
 
 
 def _help(argv: list[str]) -> str:
-    from overmind.cli import _parser
-
     import os
+
+    from overmind.cli import _parser
 
     out = io.StringIO()
     before = os.environ.get("COLUMNS")

@@ -69,7 +69,7 @@ def test_strip_leaves_a_picklable_model_and_restores_the_same_objects(offloaded)
     model = offloaded()
     before = instance_state(model)
     assert ("", "to") in before and ("lm_head", "forward") in before
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017  (whatever pickle raises for them)
         pickle.dumps(model)  # accelerate's local functions
     with plugin.overmind_prepare_result(model, loader=None):
         assert instance_state(model) == {}  # the modules look undispatched to other adapters' checks
@@ -91,11 +91,11 @@ def test_cached_offloaded_model_behaves_like_a_fresh_one(offloaded, caplog):
     for call in (lambda m: m.to("cpu"), lambda m: m.to(torch.float16), lambda m: m.cuda(), lambda m: m.half()):
         caplog.clear()
         with caplog.at_level(logging.WARNING):
-            expected = outcome(lambda: call(fresh))
+            expected = outcome(lambda: call(fresh))  # noqa: B023  (called at once, in this iteration)
             fresh_log = [r.getMessage() for r in caplog.records]
         caplog.clear()
         with caplog.at_level(logging.WARNING):
-            got = outcome(lambda: call(copy))
+            got = outcome(lambda: call(copy))  # noqa: B023  (called at once, in this iteration)
             copy_log = [r.getMessage() for r in caplog.records]
         assert got == expected and copy_log == fresh_log
     assert outcome(lambda: copy.to("cpu"))[0] == "RuntimeError"

@@ -9,10 +9,9 @@ import pickle
 
 import pytest
 import torch
+from bitsandbytes.nn import Int8Params, Linear4bit, Linear8bitLt, Params4bit
 from torch import nn
 
-import bitsandbytes as bnb
-from bitsandbytes.nn import Int8Params, Linear4bit, Linear8bitLt, Params4bit
 from _support.bnb_testlib import Roundtrip, plain_roundtrip
 from overmind_bnb.reducers import _reduce_if_quantized, reduce_quantized_param, reducer_table
 

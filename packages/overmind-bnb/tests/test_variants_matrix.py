@@ -34,7 +34,6 @@ must make the cached model fall back to bitsandbytes' own repacking exactly as t
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 
 import pytest

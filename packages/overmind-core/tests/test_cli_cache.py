@@ -134,7 +134,7 @@ def test_evict_by_any_unique_prefix_with_dry_run(cache):
     out = json.loads(om("evict", "bbbb3", "aaaa1", "--json").stdout)  # the pipeline first, then its unet
     assert out == {"dry_run": False, "evicted": ["bbbb3333pipe", "aaaa1111unet"], "refused": []}
     entry_id = next(e["entry_id"] for e in cache.ls() if e["key"] == "cccc4444conf")
-    assert f"evicted cccc4444conf" in om("evict", entry_id[:10]).stdout  # an entry id prefix works too
+    assert "evicted cccc4444conf" in om("evict", entry_id[:10]).stdout  # an entry id prefix works too
     with pytest.raises(AmbiguousPrefix):
         overmind.evict("nothing-like-it")
     assert overmind.evict(all=True, dry_run=True).evicted == ["aaaa2222vae"]

@@ -10,7 +10,6 @@ import overmind
 from overmind.errors import OvermindError
 
 
-
 def core_exceptions() -> dict[str, type]:
     found = {}
     for info in pkgutil.walk_packages(overmind.__path__, "overmind."):

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import overmind
-from overmind import api, client as client_mod, pickling
+from overmind import api, pickling
+from overmind import client as client_mod
 from overmind.fallback import CacheBypassed, OvermindWarning
 from overmind.testing import clear_calls, overmind_mapped, record_call, recorded_calls, run_fresh, server_pids
 

@@ -9,11 +9,10 @@ import torch
 
 import overmind
 from overmind import activation, adapters, patching
-from overmind.fallback import OvermindWarning
 from overmind.adapters import AdapterError
+from overmind.fallback import OvermindWarning
 from overmind.testing import check_patch_symmetry, check_targets_resolve, overmind_mapped, run_fresh
 from overmind_fixture_adapter import lib
-
 
 FIXTURE_ADAPTERS = {"fixture", "fixture_broken", "future"}
 
@@ -150,9 +149,9 @@ def test_disable_switch_makes_activate_a_no_op(monkeypatch):
 
 
 def test_every_hook_is_documented_with_its_signature():
-    from overmind import hookspecs
-
     import inspect
+
+    from overmind import hookspecs
     names = [n for n in dir(hookspecs) if n.startswith("overmind_")]
     assert len(names) >= 8
     for n in names:

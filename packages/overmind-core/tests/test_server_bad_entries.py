@@ -10,10 +10,12 @@ import warnings
 import torch
 
 import overmind
-from overmind import api, client as client_mod
+from overmind import api
+from overmind import client as client_mod
 from overmind.client import Client
 from overmind.fallback import OvermindWarning
 from overmind.testing import overmind_mapped
+
 
 def build(n: int) -> torch.nn.Module:
     torch.manual_seed(n)

@@ -49,8 +49,9 @@ def test_deactivate_restores_the_identical_objects():
 
 def test_a_target_that_cannot_be_patched_warns_with_adapter_target_and_versions(monkeypatch):
     import diffusers
-    from overmind_diffusers import plugin
+
     from overmind.adapter import Spec
+    from overmind_diffusers import plugin
 
     monkeypatch.setattr(plugin, "SPECS", plugin.SPECS + (
         Spec("diffusers.pipelines.pipeline_utils:PipelineOfAnotherVersion"),  # not defined here: skipped quietly

@@ -60,6 +60,7 @@ def test_unpicklable_pipeline_warns_and_returns_the_plain_load(active, tmp_path)
 def test_single_file_given_a_state_dict_runs_uncached_without_warning(active, tmp_path):
     """What a pipeline's from_single_file passes to each component: keyed, it would hash every tensor."""
     from diffusers import AutoencoderKL
+
     from overmind.client import get_client
 
     folder = tm.build_sd_pipeline(tmp_path / "sd")

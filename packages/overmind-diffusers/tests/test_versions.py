@@ -27,6 +27,7 @@ def _defined(where: str, attr: str) -> bool:
 
 def test_every_target_this_diffusers_defines_is_patched_under_strict(monkeypatch, caplog):
     import diffusers
+
     from overmind_diffusers import plugin
 
     monkeypatch.setenv("OVERMIND_STRICT", "1")
@@ -59,9 +60,9 @@ def test_dtype_spellings_are_keyed_as_the_installed_diffusers_reads_them(active,
     import diffusers
     import torch
     from diffusers import ControlNetModel, StableDiffusionPipeline
-    from overmind_diffusers.arguments import reads_dtype
 
     from _support import tiny_models as tm
+    from overmind_diffusers.arguments import reads_dtype
 
     net, ckpt = tm.build_controlnet(tmp_path / "cn", seed=1), tm.build_sd_pipeline(tmp_path / "sd")
     assert reads_dtype() == (tuple(map(int, diffusers.__version__.split(".")[:2])) >= (0, 40))

@@ -10,6 +10,7 @@ import types
 
 import pytest
 import torch
+
 from overmind.adapter import NotCacheable
 from overmind_hf import dispatch
 

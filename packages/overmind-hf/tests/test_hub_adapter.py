@@ -7,6 +7,7 @@ import warnings
 
 import pluggy
 import pytest
+
 from overmind import hookspecs
 from overmind.adapter import Spec, Uncacheable
 from overmind.fallback import OvermindWarning

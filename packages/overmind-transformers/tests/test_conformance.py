@@ -59,8 +59,8 @@ def test_subclass_overriding_from_pretrained_is_patched_too():
 
 
 def test_a_target_that_cannot_be_patched_warns_with_adapter_target_and_versions(monkeypatch):
-    from overmind_transformers import plugin
     from overmind.adapter import Spec
+    from overmind_transformers import plugin
 
     monkeypatch.setattr(plugin, "SPECS", plugin.SPECS + (
         Spec("transformers.modeling_utils:PreTrainedModelThatMoved"),

@@ -158,6 +158,7 @@ class _Unprovable(Exception):
 
 def _tensor_print(t: torch.Tensor, ranges: list, keep: list | None) -> tuple:
     import torch
+
     from overmind.shm import mappings
 
     storage = t.untyped_storage()

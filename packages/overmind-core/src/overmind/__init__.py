@@ -53,7 +53,7 @@ def deactivate() -> None:
     _deactivate()
 
 
-def cache_info(runtime_dir: str | None = None) -> "CacheInfo":
+def cache_info(runtime_dir: str | None = None) -> CacheInfo:
     """The running server's status and entries (:class:`overmind.cache.CacheInfo`, ``running=False`` when
     none runs); never starts a server."""
     from .cache import cache_info as _cache_info
@@ -61,7 +61,7 @@ def cache_info(runtime_dir: str | None = None) -> "CacheInfo":
     return _cache_info(runtime_dir)
 
 
-def evict(*prefixes: str, all: bool = False, dry_run: bool = False, runtime_dir: str | None = None) -> "EvictResult":
+def evict(*prefixes: str, all: bool = False, dry_run: bool = False, runtime_dir: str | None = None) -> EvictResult:
     """Evict entries by unique prefixes of their keys or entry ids (or ``all=True``); ``dry_run`` only says
     what would go. Raises :class:`overmind.cache.AmbiguousPrefix` for a prefix naming none or several."""
     from .cache import evict as _evict

@@ -85,7 +85,8 @@ def _patch_failure(state: AdapterState, e: Exception) -> str:
     if isinstance(e, patching.PatchError):
         return str(e)
     return (f"overmind: adapter {state.name} ({state.dist}) failed to patch: {type(e).__name__}: {e}. "
-            f"Its library may have changed; upgrade {state.dist} or skip it with OVERMIND_DISABLED_ADAPTERS={state.name}.")
+            f"Its library may have changed; upgrade {state.dist} or skip it with "
+            f"OVERMIND_DISABLED_ADAPTERS={state.name}.")
 
 
 def deactivate() -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
-from functools import lru_cache
+from functools import cache
 from importlib import metadata
 from typing import Any, Iterable, NamedTuple
 
@@ -53,7 +53,7 @@ def uncacheable(reason: str) -> Uncacheable:
     return Uncacheable(reason)
 
 
-@lru_cache(maxsize=None)
+@cache
 def version_of(dist: str) -> str:
     """The installed version of distribution ``dist``, or ``"not installed"``."""
     try:

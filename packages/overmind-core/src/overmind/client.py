@@ -413,7 +413,7 @@ def _wait_server_gone(runtime_dir: str, socket_path: str) -> None:
 # ---- the per-process client --------------------------------------------------------------------------
 _clients: dict[str, Client] = {}
 _clients_lock = threading.Lock()
-_all_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
+_all_clients: weakref.WeakSet[Client] = weakref.WeakSet()
 
 
 def get_client() -> Client:

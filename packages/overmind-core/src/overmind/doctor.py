@@ -15,10 +15,9 @@ import sys
 from dataclasses import asdict
 
 from . import __version__, compatibility, runtime, settings
+from .checks import FAIL, OK, WARN, Check  # noqa: F401 - re-exported: doctor.Check, doctor.OK, ...
 from .protocol import PROTOCOL_VERSION
 from .shm import seals as entry_seals
-
-from .checks import FAIL, OK, WARN, Check  # noqa: F401 - re-exported: doctor.Check, doctor.OK, ...
 
 
 def all_checks(runtime_dir: str | None = None) -> list[Check]:
@@ -207,7 +206,8 @@ def check_adapters() -> list[Check]:
         if st.status == "loaded":
             checks.append(Check(label, OK, f"{st.dist or 'registered directly'}: loaded"))
         elif st.status == "failed":
-            checks.append(Check(label, WARN, st.reason, f"reinstall {st.dist} or set OVERMIND_DISABLED_ADAPTERS={name}"))
+            fix = f"reinstall {st.dist} or set OVERMIND_DISABLED_ADAPTERS={name}"
+            checks.append(Check(label, WARN, st.reason, fix))
         else:
             checks.append(Check(label, OK, f"{st.dist}: {st.status} ({_plain_reason(name, st.reason)})"))
     return checks or [Check("adapters", OK, "none installed")]

@@ -73,7 +73,7 @@ def loader_identity(loader: Loader, walk: Walk | None = None) -> tuple:
 
 # Signatures by the underlying function, weakly: a loader defined in a loop (a fresh lambda each time) must
 # not be kept alive by this cache.
-_signatures: "weakref.WeakKeyDictionary[Callable, dict[bool, inspect.Signature]]" = weakref.WeakKeyDictionary()
+_signatures: weakref.WeakKeyDictionary[Callable, dict[bool, inspect.Signature]] = weakref.WeakKeyDictionary()
 
 
 def _signature(loader: Loader) -> inspect.Signature:

@@ -8,7 +8,7 @@ so only then do its patches, reducers and key hooks have anything to do.
 from __future__ import annotations
 
 import sys
-from functools import lru_cache
+from functools import cache
 from importlib import metadata
 
 
@@ -28,7 +28,7 @@ def instrumented_distributions(dist: metadata.Distribution | None) -> list[str]:
     return [r.name for r in instruments_requirements(dist)]
 
 
-@lru_cache(maxsize=None)
+@cache
 def top_level_modules(dist_name: str) -> tuple[str, ...]:
     """The top-level modules distribution ``dist_name`` installs (``stable-fast`` -> ``("sfast",)``)."""
     fallback = (dist_name.replace("-", "_").lower(),)

@@ -10,9 +10,8 @@ Neither reduce keeps ``.grad`` (torch's drops it), so a leaf's gradient rides al
 """
 from __future__ import annotations
 
-from typing import Any
-
 import pickle
+from typing import Any
 
 import torch
 

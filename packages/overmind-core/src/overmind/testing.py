@@ -146,7 +146,8 @@ def _adapter_targets(name: str) -> list:
     plugin = adapters.get_manager().get_plugin(name)
     state = adapters.states().get(name)
     if plugin is None:
-        why = f" ({state.status}: {state.reason})" if state else " (no entry point of that name in group overmind.adapters)"
+        why = (f" ({state.status}: {state.reason})" if state
+               else " (no entry point of that name in group overmind.adapters)")
         raise AssertionError(f"adapter {name!r} is not loaded{why}")
     return hooks.patch_targets(name)
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import ctypes
 import importlib
 import io
-import os
 import re
 import warnings
 from types import SimpleNamespace

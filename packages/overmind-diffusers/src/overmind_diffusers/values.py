@@ -26,8 +26,9 @@ def key_for_value(value: Any) -> Any:
             state = {k: v for k, v in vars(value).items() if k != "_internal_dict"}
             return ("scheduler", config, state)
         return None
-    for module_name, class_name in (("diffusers.models.controlnets.multicontrolnet", "MultiControlNetModel"),
-                                    ("diffusers.models.controlnets.multicontrolnet_union", "MultiControlNetUnionModel")):
+    for module_name, class_name in (
+            ("diffusers.models.controlnets.multicontrolnet", "MultiControlNetModel"),
+            ("diffusers.models.controlnets.multicontrolnet_union", "MultiControlNetUnionModel")):
         cls = getattr(sys.modules.get(module_name), class_name, None)
         if cls is not None and type(value) is cls:
             return ("multi-controlnet", list(value.nets))

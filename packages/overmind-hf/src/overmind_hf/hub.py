@@ -80,7 +80,8 @@ def _resolve(repo_id: str, repo_type: str, revision: Any, cache_dir: Any, local:
     from huggingface_hub.file_download import repo_folder_name
 
     revision = "main" if revision is None else str(revision)
-    repo = os.path.join(str(cache_dir or constants.HF_HUB_CACHE), repo_folder_name(repo_id=repo_id, repo_type=repo_type))
+    repo = os.path.join(str(cache_dir or constants.HF_HUB_CACHE),
+                        repo_folder_name(repo_id=repo_id, repo_type=repo_type))
     if _COMMIT.match(revision) and os.path.isdir(os.path.join(repo, "snapshots", revision)):
         return revision
     with open(os.path.join(repo, "refs", revision), encoding="utf-8") as f:  # what hf_hub_download reads offline

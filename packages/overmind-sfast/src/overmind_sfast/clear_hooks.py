@@ -72,8 +72,9 @@ def carries_hook_attribute(module: Any) -> bool:
 
 def patch_targets() -> list:
     """The replacement, as ``overmind.patching.PatchTarget(kind="replace")``."""
-    from overmind.patching import PatchTarget
     from sfast.jit import utils
+
+    from overmind.patching import PatchTarget
 
     return [PatchTarget(utils, "attach_script_module_clear_hook", kind="replace",
                         replacement=attach_script_module_clear_hook)]

@@ -146,7 +146,8 @@ def _resolve_or_explain(path: str) -> type:
 def patch_targets() -> list:
     """The replacement as ``overmind.patching.PatchTarget(kind="replace")``: applied by activate(),
     restored to the identical original by deactivate(). Unflattening is never patched: see the module doc."""
-    from overmind.patching import PatchTarget
     from sfast.utils import flat_tensors
+
+    from overmind.patching import PatchTarget
 
     return [PatchTarget(flat_tensors, "flatten_dataclass", kind="replace", replacement=flatten_dataclass)]

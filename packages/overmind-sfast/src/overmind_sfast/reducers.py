@@ -22,7 +22,8 @@ __all__ = ["reducers", "reduce_traced_wrapper", "rebuild_traced_wrapper"]
 def _cannot_save(why: str) -> pickle.PicklingError:
     import sfast
 
-    return pickle.PicklingError(f"overmind-sfast: cannot cache a module traced by stable-fast {sfast.__version__}: {why}")
+    return pickle.PicklingError(
+        f"overmind-sfast: cannot cache a module traced by stable-fast {sfast.__version__}: {why}")
 
 
 def reduce_traced_wrapper(wrapper: Any) -> Any:

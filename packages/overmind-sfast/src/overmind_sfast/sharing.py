@@ -29,8 +29,8 @@ def tensor_attributes(module_c: Any, prefix: str = "") -> list[tuple[str, Any]]:
     module ``module_c`` and its submodules."""
     import torch
 
-    found = [(prefix + name, value) for name, value in torch._C._jit_debug_module_iterators(module_c)["named_attributes"]
-             if isinstance(value, torch.Tensor)]
+    attributes = torch._C._jit_debug_module_iterators(module_c)["named_attributes"]
+    found = [(prefix + name, value) for name, value in attributes if isinstance(value, torch.Tensor)]
     for name, child in _children(module_c):
         found.extend(tensor_attributes(child, f"{prefix}{name}."))
     return found
@@ -57,6 +57,7 @@ def split(module: Any) -> tuple[Callable[..., Any], tuple, list[tuple[str, Any]]
     ``module`` without its tensor attributes, and those tensors by path. ``module`` itself is untouched
     (the copy shares its graphs and tensors; only the copy's attribute slots are emptied)."""
     import torch
+
     from overmind import torchscript
 
     weights = tensor_attributes(module._c)

@@ -17,8 +17,8 @@ from overmind_hf import arguments as common
 
 
 def _is_model_loader(owner: type) -> bool:
-    from transformers.models.auto.auto_factory import _BaseAutoModelClass
     from transformers.modeling_utils import PreTrainedModel
+    from transformers.models.auto.auto_factory import _BaseAutoModelClass
 
     return issubclass(owner, (PreTrainedModel, _BaseAutoModelClass))
 

@@ -269,7 +269,8 @@ def exit_like(status: int) -> None:
     if sig not in (signal.SIGKILL, signal.SIGSTOP):
         signal.signal(sig, signal.SIG_DFL)
     if sig in (signal.SIGQUIT, signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE):
-        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))  # the child dumped, if anyone
+        # the child dumped, if anyone
+        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
     signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
     os.kill(os.getpid(), sig)
     os._exit(128 + sig)

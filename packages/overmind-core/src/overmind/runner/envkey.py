@@ -80,7 +80,8 @@ def path_tail() -> list[str]:
 
 def base_key(preload: list[str], path_tail: list[str] | None = None) -> dict:
     """The base key of this interpreter for the preload list ``preload``."""
-    from .. import __file__ as overmind_file, __version__
+    from .. import __file__ as overmind_file
+    from .. import __version__
 
     tail = list(globals()["path_tail"]() if path_tail is None else path_tail)
     return {
@@ -151,7 +152,7 @@ class EnvRecorder:
         scans = {site for site, keys in self._sites.items() if len(keys) > self.SCAN_SITE_KEYS}
         return {k: value for k, (value, sites) in self._reads.items() if sites - scans}
 
-    def __enter__(self) -> "EnvRecorder":
+    def __enter__(self) -> EnvRecorder:
         environ_type = type(os.environ)
         original = self._original = environ_type.__getitem__
         reads, sites = self._reads, self._sites

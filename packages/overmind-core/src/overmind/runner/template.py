@@ -39,7 +39,7 @@ _TICK_S = 2.0
 class Job:
     """What a forked child takes from the template: its connection, the request and the descriptors."""
 
-    def __init__(self, conn: socket.socket, request: dict, fds: list[int], template: "Template") -> None:
+    def __init__(self, conn: socket.socket, request: dict, fds: list[int], template: Template) -> None:
         self.conn, self.request, self.fds, self.template = conn, request, fds, template
 
 

@@ -5,7 +5,6 @@
 """
 from __future__ import annotations
 
-import os
 import re
 
 ENV_MAX_BYTES = "OVERMIND_MAX_BYTES"

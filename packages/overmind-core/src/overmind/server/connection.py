@@ -55,7 +55,7 @@ class Waiting:
 class Connection:
     """State of one accepted socket; the server calls ``take``/``retry``/``expire`` and sends ``outbox``."""
 
-    def __init__(self, server: "Server", sock: socket.socket, conn_id: int, peer_pid: int) -> None:
+    def __init__(self, server: Server, sock: socket.socket, conn_id: int, peer_pid: int) -> None:
         self.server = server
         self.store = server.store
         self.sock = sock

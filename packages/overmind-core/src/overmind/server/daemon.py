@@ -36,8 +36,8 @@ from .wire import BufferBudget, FrameReader
 log = logging.getLogger("overmind.server")
 WATCH_EVERY_S = 0.25  # how often the runtime directory is checked (a client waits at most about this long)
 _ACCEPT_BACKOFF_S = 0.1  # after accept() fails (EMFILE, ENOMEM): stop accepting this long
-_STOP_FLUSH_S = 1.0
-_LISTENER_FD = 8192  # see _above_connections  # at shutdown, how long queued replies (the 'stop' reply) may take to go out
+_STOP_FLUSH_S = 1.0  # at shutdown, how long queued replies (the 'stop' reply) may take to go out
+_LISTENER_FD = 8192  # see _above_connections
 
 
 class AlreadyRunning(OvermindError):

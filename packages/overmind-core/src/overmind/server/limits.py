@@ -8,7 +8,6 @@ The timeouts can be changed through the environment the server starts with (test
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -36,7 +35,7 @@ class Limits:
     max_buffered_bytes: int = 32 << 20
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "Limits":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Limits:
         """Defaults, with the timeouts taken from ``env`` (default ``os.environ``) through overmind.settings
         (seconds, > 0; a bad value warns once there and the default is used)."""
         from .. import settings

@@ -36,7 +36,7 @@ class Layout:
     data_len: int
 
     @classmethod
-    def plan(cls, skeleton_len: int, data_len: int) -> "Layout":
+    def plan(cls, skeleton_len: int, data_len: int) -> Layout:
         data_offset = align(HEADER_SIZE + skeleton_len, PAGE)
         return cls(HEADER_SIZE, skeleton_len, data_offset, data_len)
 
@@ -48,7 +48,7 @@ class Layout:
         return HEADER.pack(MAGIC, self.skeleton_offset, self.skeleton_len, self.data_offset, self.data_len)
 
     @classmethod
-    def unpack(cls, buf, size: int) -> "Layout":
+    def unpack(cls, buf, size: int) -> Layout:
         if size < HEADER_SIZE:
             raise LayoutError(f"entry is {size} bytes, smaller than its header")
         magic, so, sl, do, dl = HEADER.unpack_from(buf, 0)

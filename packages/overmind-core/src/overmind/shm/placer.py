@@ -25,12 +25,12 @@ class Placer:
 
     def __init__(self, reference_mapped: bool = True) -> None:
         self.reference_mapped = reference_mapped
-        self.storages: list[tuple["torch.UntypedStorage", int]] = []  # (storage, offset in the data region)
+        self.storages: list[tuple[torch.UntypedStorage, int]] = []  # (storage, offset in the data region)
         self.data_len = 0
         self.deps: set[str] = set()
         self._seen: dict[tuple, tuple[str | None, int]] = {}
 
-    def place(self, untyped: "torch.UntypedStorage") -> tuple[str | None, int]:
+    def place(self, untyped: torch.UntypedStorage) -> tuple[str | None, int]:
         """``(where, offset)``: ``where`` is ``None`` for this entry's data region, or the entry_id of the
         mapped entry whose data region holds the bytes at ``offset``."""
         device, nbytes = untyped.device, untyped.nbytes()
@@ -42,7 +42,7 @@ class Placer:
                 self._seen[ident] = place
         return place
 
-    def _new_place(self, untyped: "torch.UntypedStorage", device, nbytes: int) -> tuple[str | None, int]:
+    def _new_place(self, untyped: torch.UntypedStorage, device, nbytes: int) -> tuple[str | None, int]:
         if self.reference_mapped and device.type == "cpu":
             loc = mappings.locate(untyped.data_ptr(), nbytes)
             if loc is not None:
