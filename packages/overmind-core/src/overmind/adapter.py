@@ -124,10 +124,13 @@ def owns(loader: Any, roots: tuple[type, ...]) -> bool:
 
 
 def _subclasses(root: type) -> list[type]:
-    seen, out, todo = set(), [], [root]
+    seen: set[type] = set()
+    out: list[type] = []
+    todo: list[type] = [root]
     while todo:
         cls = todo.pop()
-        for sub in cls.__subclasses__():
+        subs: list[type] = cls.__subclasses__()
+        for sub in subs:
             if sub not in seen:
                 seen.add(sub)
                 out.append(sub)

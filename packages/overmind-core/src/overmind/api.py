@@ -102,6 +102,7 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
                             f"without the cache. Run 'overmind doctor'.", e)
         return fn(*args, **kwargs)
     if res.status == "hit":
+        assert res.entry is not None  # a hit carries its entry
         try:
             obj = entry.decode(res.entry, res.fds, arguments)
             log.info("overmind: hit %s (entry %s, %d bytes) in %.3f s", loader.name, ck.key[:12],

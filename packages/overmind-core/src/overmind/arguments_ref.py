@@ -22,7 +22,7 @@ import enum
 import pathlib
 import pickle
 import types
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import torch
 
@@ -135,7 +135,7 @@ def resolve(arguments: dict[str, Any] | None, path: Iterable, expected_type: str
     return obj
 
 
-def check_aliases(arguments: dict[str, Any] | None, groups: Iterable[Iterable[Iterable]]) -> None:
+def check_aliases(arguments: Mapping[str, Any] | None, groups: Iterable[Iterable[Iterable]]) -> None:
     """Objects passed at several paths in the publishing call must be one object in this call too (else the
     plain call could hold either, and nothing says which)."""
     for group in groups or ():
@@ -147,7 +147,7 @@ def check_aliases(arguments: dict[str, Any] | None, groups: Iterable[Iterable[It
                                        f"and {_show(other)}; this call passes two different objects there")
 
 
-def _at(arguments: dict[str, Any] | None, path: Path) -> Any:
+def _at(arguments: Mapping[str, Any] | None, path: Path) -> Any:
     obj = (arguments or {}).get(path[0], _MISSING)
     for step in path[1:]:
         try:

@@ -70,6 +70,9 @@ class GetResult:
 class Client:
     """Talks to the server of one runtime directory; safe to share between threads and across fork."""
 
+    _conns: list[socket.socket]  # every connection this process opened (set by _reset)
+    _conns_lock: threading.Lock
+
     def __init__(self, runtime_dir: str | None = None, autostart: bool = True) -> None:
         self.runtime_dir = runtime.runtime_dir(runtime_dir)
         self.socket_path = runtime.socket_path(self.runtime_dir)
@@ -131,6 +134,7 @@ class Client:
         """Like :meth:`publish_hit`, but returns only the entry_id (the fds are closed)."""
         res = self.publish_hit(key, fd, deps=deps, meta=meta)
         res.close()
+        assert res.entry is not None  # a publish is answered like a get hit
         return res.entry["entry_id"]
 
     def release(self, key: str) -> bool:
@@ -211,7 +215,7 @@ class Client:
                 f"run 'overmind stop' and report it with {self.log_path}.")
         return reply, fds
 
-    def _request(self, msg: dict[str, Any], fds: list[int] = (), *, timeout: float | None = None,
+    def _request(self, msg: dict[str, Any], fds: list[int] | tuple[()] = (), *, timeout: float | None = None,
                  retry: bool = True) -> tuple[dict[str, Any], list[int]]:
         """Send ``msg`` on this thread's connection and return the reply to it.
 
@@ -285,7 +289,7 @@ class Client:
         self._pid = os.getpid()
         self._local = threading.local()
         self._conns_lock = threading.Lock()
-        self._conns: list[socket.socket] = []
+        self._conns = []
 
     def _after_fork(self) -> None:
         # The child's copies of the parent's sockets must not be used (the parent's claims and replies are on

@@ -26,7 +26,7 @@ FALLBACK_LIMIT = 1000  # where no helper thread can start: Python's default limi
 
 _start_lock = threading.Lock()  # threading.stack_size is process-wide: one helper start at a time
 _cap_lock = threading.Lock()
-_cap = {"users": 0, "user_limit": None, "capped": None}
+_cap: dict[str, Any] = {"users": 0, "user_limit": None, "capped": None}
 
 
 def stack_for(limit: int) -> tuple[int, int]:

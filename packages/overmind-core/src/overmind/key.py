@@ -122,7 +122,7 @@ class CacheKey:
     summary: str
 
 
-def make_key(loader: Loader, arguments: dict[str, Any], extra_parts: list[Any] = (),
+def make_key(loader: Loader, arguments: dict[str, Any], extra_parts: list[Any] | tuple[()] = (),
              value_hook: Callable[[Any], Any] | None = None) -> CacheKey:
     """The cache key of calling ``loader`` with bound ``arguments`` (see :func:`bind_arguments`)."""
     walk = Walk(value_hook)

@@ -59,7 +59,7 @@ class _StorageTable:
     def persistent_id(self, obj: Any):
         # Called for every object pickled: two dict lookups in the common case.
         if id(obj) in self._argument_ids:
-            return self.arguments.reference(obj)
+            return self.arguments.reference(obj)  # type: ignore[union-attr]  # ids only come with arguments
         refused = self._refused.get(type(obj))
         if refused or (refused is None and resources.is_refused(type(obj))):
             raise _Refused(obj)
@@ -124,7 +124,7 @@ _CPickler = _pickler_class(pickle.Pickler)
 _DillPickler = _pickler_class(dill.Pickler)
 
 
-def dumps(obj: Any, reducers: Mapping[type, Any] = (), reference_mapped: bool = True,
+def dumps(obj: Any, reducers: Mapping[type, Any] | tuple[()] = (), reference_mapped: bool = True,
           arguments: Mapping[str, Any] | None = None) -> Pickled:
     """Pickle ``obj`` with its storages out of band.
 
@@ -262,7 +262,7 @@ _DillUnpickler = _unpickler_class(dill.Unpickler)
 
 
 def loads(skeleton, storage_source: Callable[[Any, int, int], torch.UntypedStorage], pickler: str = "pickle",
-          arguments: Mapping[str, Any] | None = None, argument_aliases: list = ()) -> Any:
+          arguments: Mapping[str, Any] | None = None, argument_aliases: list | tuple[()] = ()) -> Any:
     """Rebuild an object from ``skeleton``; ``storage_source(where, offset, nbytes)`` gives each storage.
 
     ``pickler`` is :attr:`Pickled.pickler` of the dump: a dill dump is read with dill's unpickler, which

@@ -14,7 +14,7 @@ import contextlib
 import os
 import sys
 import time
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 
 def enabled() -> bool:
@@ -42,7 +42,7 @@ def track(total: int, desc: str) -> Iterator[Callable[[int], None]]:
         return
     delay = current().progress_delay
     start = time.monotonic()
-    state = {"done": 0, "bar": None}
+    state: dict[str, Any] = {"done": 0, "bar": None}
 
     def advance(n: int) -> None:
         state["done"] += n

@@ -249,7 +249,7 @@ def current() -> Settings:
             if (p.name, p.value) not in _warned:
                 _warned.add((p.name, p.value))
                 _warn(p.sentence())
-    return _parsed  # type: ignore[return-value]
+    return _parsed
 
 
 @contextlib.contextmanager

@@ -81,7 +81,7 @@ def parse(argv: list[str]) -> dict | None:
 
 def path0(program: dict) -> str | None:
     """What a fresh python puts first on ``sys.path`` for ``program`` (None with -P or -I)."""
-    if sys.flags.safe_path or sys.flags.isolated:
+    if getattr(sys.flags, "safe_path", False) or sys.flags.isolated:  # safe_path (-P): Python 3.11+
         return None
     if program["kind"] == "script":
         return os.path.dirname(os.path.realpath(program["path"])) or "/"

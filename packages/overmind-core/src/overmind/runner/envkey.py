@@ -70,7 +70,7 @@ def distributions_fingerprint(path: list[str]) -> list[list]:
 
 def has_path0() -> bool:
     """Whether this interpreter put a program-dependent first entry on ``sys.path`` (not with -P or -I)."""
-    return not (sys.flags.safe_path or sys.flags.isolated)
+    return not (getattr(sys.flags, "safe_path", False) or sys.flags.isolated)  # safe_path (-P): Python 3.11+
 
 
 def path_tail() -> list[str]:

@@ -26,7 +26,7 @@ class Closed(OvermindError, ConnectionError):
     """The other end closed the connection (before or inside a frame)."""
 
 
-def send(sock: socket.socket, message: dict, fds: list[int] = ()) -> None:
+def send(sock: socket.socket, message: dict, fds: list[int] | tuple[()] = ()) -> None:
     """Send ``message`` (JSON-serialisable) and, with it, duplicates of ``fds`` in the receiver."""
     body = json.dumps(message, separators=(",", ":")).encode()
     data = _LEN.pack(len(body)) + body

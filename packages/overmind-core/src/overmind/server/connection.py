@@ -171,7 +171,7 @@ class Connection:
             self.closing = True
             self.server.request_stop(f"'stop' from pid {self.peer_pid}")
 
-    def _send(self, msg: dict[str, Any], reply: dict[str, Any], fds: list[int] = ()) -> None:
+    def _send(self, msg: dict[str, Any], reply: dict[str, Any], fds: list[int] | tuple[()] = ()) -> None:
         """Queue ``reply`` to ``msg`` (the outbox owns ``fds`` from here); it names the request it answers."""
         if "id" in msg:
             reply = dict(reply, id=msg["id"])
@@ -227,6 +227,7 @@ class Connection:
             raise
         out = self.store.publish(key, self.conn_id, fds[0], deps, meta)
         reply, out_fds = self._get_reply(msg, out)
+        assert out.entry is not None  # a publish is answered like a get hit
         return dict(reply, entry_id=out.entry["entry_id"]), out_fds
 
     def _op_release(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:

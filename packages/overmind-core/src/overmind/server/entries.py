@@ -260,7 +260,7 @@ class Store:
             self._touch(self._by_id[eid])
         return self._dup(entry_ids)
 
-    def evict(self, key: str | None = None, *, all: bool = False) -> tuple[list[str], list[dict[str, str]]]:
+    def evict(self, key: str | None = None, *, all: bool = False) -> tuple[list[str], list[dict[str, Any]]]:
         """Evict ``key`` (refused while another entry references it) or everything; ``(evicted, refused)``."""
         if all:
             victims = list(self._by_id.values())
@@ -278,7 +278,7 @@ class Store:
         self._remove(entry)
         self.counters["evictions"] += 1
         log.info("evicted %s on request", entry.entry_id)
-        return [key], []
+        return [entry.key], []
 
     def listing(self) -> list[dict[str, Any]]:
         """Every entry's ``ls`` fields, oldest first."""

@@ -149,7 +149,7 @@ class Outbox:
     def __bool__(self) -> bool:
         return bool(self._segments)
 
-    def put(self, obj: dict[str, Any], fds: list[int] = ()) -> None:
+    def put(self, obj: dict[str, Any], fds: list[int] | tuple[()] = ()) -> None:
         """Queue ``obj`` with ``fds`` (ownership passes to the outbox), framed as ``send_message`` does."""
         fds = list(fds)
         first, rest = fds[:MAX_FDS_PER_FRAME], fds[MAX_FDS_PER_FRAME:]
