@@ -1,9 +1,10 @@
 """The node-local deployment of docs/deployment.md, as a container would see it (issue 14): a client in its own
-PID and mount namespace (and user namespace, mapping the same uid), whose /tmp is private and which shares
-only the runtime directory with the server, gets a zero-copy hit on what a host process published."""
+PID and mount namespace (and user namespace, mapping the same uid), which sees the runtime directory only where
+the pod would mount it (the host's path and the default runtime directory are hidden under empty tmpfs), gets a zero-copy hit on what a host process published."""
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import shutil
 import subprocess
@@ -41,8 +42,9 @@ def test_a_client_in_its_own_pid_and_mount_namespace_gets_a_zero_copy_hit(overmi
         report("ok")
     """)
     assert published == "ok"
-    # In the namespaces: the runtime directory is bind-mounted at /mnt, then /tmp is replaced by an empty tmpfs
-    # (hiding the host's runtime directory, this test's files and every other server's).
+    # In the namespaces: the runtime directory is bind-mounted at /mnt, then its host path and the default
+    # runtime directory are covered by empty tmpfs, so /mnt is the only way to the server. (Not all of /tmp:
+    # the checkout and its venv may live there, as on a CI machine.)
     client = textwrap.dedent(f"""
         import json, os, sys, torch
         sys.path.insert(0, {SUPPORT!r})
@@ -51,15 +53,18 @@ def test_a_client_in_its_own_pid_and_mount_namespace_gets_a_zero_copy_hit(overmi
         from overmind.testing import overmind_mapped
         t = overmind.load(L.build, 5)
         print(json.dumps({{"pid": os.getpid(), "mapped": overmind_mapped(t.data_ptr()),
-                          "equal": bool(torch.equal(t, L.expected(5))), "tmp": sorted(os.listdir("/tmp")),
+                          "equal": bool(torch.equal(t, L.expected(5))),
+                          "hidden": sorted(os.listdir({overmind_runtime!r})),
                           "entries": len(overmind.cache_info().entries)}}))
     """)
-    script = (f"mount --bind {overmind_runtime} /mnt && mount -t tmpfs tmpfs /tmp && "
+    default_dir = f"/tmp/overmind-{os.getuid()}"
+    script = (f"mount --bind {overmind_runtime} /mnt && mount -t tmpfs tmpfs {overmind_runtime} && "
+              f"{{ [ ! -d {default_dir} ] || mount -t tmpfs tmpfs {default_dir}; }} && "
               f"exec env OVERMIND_RUNTIME_DIR=/mnt OVERMIND_STRICT=1 {sys.executable} -c \"$0\"")
     out = subprocess.run([*UNSHARE, "sh", "-c", script, client], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-4000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
-    assert seen["pid"] == 1 and seen["tmp"] == []  # its own PID namespace and an empty /tmp
+    assert seen["pid"] == 1 and seen["hidden"] == []  # its own PID namespace; the host's path shows nothing
     assert seen["mapped"] and seen["equal"] and seen["entries"] == 1, seen
     (entry,) = overmind.cache_info().entries
     assert entry.hits == 1  # served to the namespaced client, not published again
