@@ -121,6 +121,8 @@ def _place_descriptors(names: list[str], fds: list[int]) -> None:
     descriptors onto their numbers, and chdir to its cwd."""
     import fcntl
 
+    from . import wire
+
     targets = _targets(names)
     floor = max(targets) + 1
     moved = []
@@ -129,7 +131,7 @@ def _place_descriptors(names: list[str], fds: list[int]) -> None:
         os.close(fd)
     received = dict(zip(names, moved))
     for name in names:
-        if name.startswith("fd:") and _is_open(int(name[3:])):
+        if name.startswith("fd:") and wire.is_open(int(name[3:])):
             raise RuntimeError(f"the template holds descriptor {name[3:]}, which the program inherits from the "
                                f"caller")
     for target, name in enumerate(("stdin", "stdout", "stderr")):
@@ -148,14 +150,6 @@ def _place_descriptors(names: list[str], fds: list[int]) -> None:
         os.fchdir(received["cwd"])
     for fd in received.values():
         os.close(fd)
-
-
-def _is_open(fd: int) -> bool:
-    try:
-        os.fstat(fd)
-        return True
-    except OSError:
-        return False
 
 
 def _signals(caller: dict) -> None:

@@ -138,7 +138,7 @@ def _start(program: dict, inherited: dict, runtime_dir: str | None):
     names, fds = [], []
     try:
         for fd, name in enumerate(("stdin", "stdout", "stderr")):
-            if _is_open(fd):
+            if wire.is_open(fd):
                 names.append(name)
                 fds.append(fd)
         for fd in inherited_descriptors():
@@ -328,14 +328,6 @@ def inherited_descriptors() -> list[int]:
         except OSError:
             continue  # the listing's own descriptor, closed by now
     return sorted(found)
-
-
-def _is_open(fd: int) -> bool:
-    try:
-        os.fstat(fd)
-        return True
-    except OSError:
-        return False
 
 
 def _warn(message: str) -> None:

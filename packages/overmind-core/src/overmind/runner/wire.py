@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import array
 import json
+import os
 import socket
 import struct
 
 from ..errors import OvermindError
+from ..protocol import close_fds
 
 MAX_FRAME = 64 << 20  # an environment and argv fit many times over
 MAX_FDS = 250  # the kernel's SCM_MAX_FD is 253 per message
@@ -75,11 +77,14 @@ def _read(sock: socket.socket, n: int, fds: list[int]) -> bytes:
 
 
 def _close_all(fds: list[int]) -> None:
-    import os
-
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+    close_fds(fds)
     fds.clear()
+
+
+def is_open(fd: int) -> bool:
+    """Whether ``fd`` names an open descriptor in this process."""
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
