@@ -1,7 +1,30 @@
-"""Repository-wide test set-up: no test reaches the Hub. (Shared helpers live in tests/_support, importable
-through pytest's ``pythonpath`` option in pyproject.toml.)"""
+"""Repository-wide test set-up: no test reaches the Hub, and the test-only adapters reach every test process.
+(Shared helpers live in tests/_support, importable through pytest's ``pythonpath`` option in pyproject.toml.)
+
+scripts/setup installs the adapters of ``tests/adapter_fixture*`` (``fixture``, ``fixture_broken``, ``future``)
+into ``.test-plugins`` (``pip --target``), not into the venv, where they would be live in a user's code. pytest
+itself has the folder on ``sys.path`` (``pythonpath`` in pyproject.toml); this puts it in front of ``PYTHONPATH``
+too, so a fresh process a test starts (``overmind.testing.run_fresh``, an ``overmind`` CLI call, a server, an
+``overmind run`` child) discovers the same adapters. A test that wants a user's view of the venv starts its
+process with ``_support.without_test_plugins()``.
+"""
+from __future__ import annotations
+
 import os
+
+import pytest
+
+from _support import TEST_PLUGINS_DIR
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+_rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != TEST_PLUGINS_DIR]
+os.environ["PYTHONPATH"] = os.pathsep.join([TEST_PLUGINS_DIR, *_rest])
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not os.path.isdir(os.path.join(TEST_PLUGINS_DIR, "overmind_fixture_adapter")):
+        raise pytest.UsageError(f"the test-only adapters are not installed in {TEST_PLUGINS_DIR}: run scripts/setup "
+                                "(scripts/setup --oldest for .venv-oldest)")

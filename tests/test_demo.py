@@ -1,5 +1,6 @@
 """The README's main job runs: a plain, a cold and a warm load of the real MiniLM in fresh processes,
-identical embeddings, and the warm process's weights mapped from an Overmind memfd."""
+identical embeddings, and the warm process's weights mapped from an Overmind memfd. It runs as a user runs it:
+without the test-only adapters, which only the test processes see (``_support.TEST_PLUGINS_DIR``)."""
 from __future__ import annotations
 
 import glob
@@ -7,13 +8,15 @@ import os
 import subprocess
 import sys
 
+from _support import without_test_plugins
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_demo_shows_cold_and_warm_loads_across_processes():
     before = set(glob.glob("/tmp/om-demo-*"))
     out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "demo.py")], capture_output=True,
-                         text=True, timeout=600, env={**os.environ, "DEMO_RUNS": "2"})
+                         text=True, timeout=600, env={**without_test_plugins(), "DEMO_RUNS": "2"})
     assert out.returncode == 0, out.stdout + out.stderr
     assert set(glob.glob("/tmp/om-demo-*")) <= before, "the demo left its runtime directory behind"
     lines = {line.split("  ")[0].strip(): line for line in out.stdout.splitlines()}
@@ -21,4 +24,6 @@ def test_demo_shows_cold_and_warm_loads_across_processes():
     cold = next(line for line in out.stdout.splitlines() if line.startswith("overmind, cold"))
     assert "/memfd:overmind:" in warm and "/memfd:overmind:" in cold
     assert "embeddings identical across all " in out.stdout and ": True" in out.stdout, lines
-    assert "median of" in out.stdout and "fixture" not in out.stdout.split("active adapters:")[1].splitlines()[0]
+    active = out.stdout.split("active adapters:")[1].splitlines()[0]
+    assert "median of" in out.stdout and "transformers" in active
+    assert not {"fixture", "fixture_broken", "future"} & set(active.replace(",", " ").split()), active

@@ -1,5 +1,7 @@
 """Helpers shared by the test suites of every package (not tests themselves; pytest does not collect them).
 
+The test-only adapters live in :data:`TEST_PLUGINS_DIR`, outside the venv (see there).
+
 The root ``pyproject.toml`` puts ``tests/`` on ``sys.path`` (pytest's ``pythonpath`` option), so every suite
 imports them as ``from _support import tiny_models``; no conftest edits ``sys.path``. A fresh process a test
 starts gets the same with :func:`pythonpath_env` (``PYTHONPATH`` with ``tests/`` in front), so a helper module
@@ -22,8 +24,31 @@ import os
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 """The repository's ``tests/`` folder: the one ``sys.path`` entry that makes ``_support`` importable."""
 
+TEST_PLUGINS_DIR = os.path.join(os.path.dirname(TESTS_DIR), ".test-plugins")
+"""Where scripts/setup installs the test-only adapters (``tests/adapter_fixture*``: ``fixture``,
+``fixture_broken``, ``future``) with ``pip --target``: on ``sys.path`` only in pytest (its ``pythonpath``) and,
+through ``PYTHONPATH`` (the root ``conftest.py`` exports it), in the processes a test starts. The venv itself has
+no test-only adapter, so a user's code and the demo never see one."""
+
+
+def _paths(value: str | None) -> list[str]:
+    return [p for p in (value or "").split(os.pathsep) if p]
+
 
 def pythonpath_env(env: dict[str, str] | None = None) -> str:
-    """``PYTHONPATH`` for a fresh process: :data:`TESTS_DIR` in front of ``env``'s (default: ours)."""
-    rest = (os.environ if env is None else env).get("PYTHONPATH")
-    return os.pathsep.join(p for p in (TESTS_DIR, rest) if p)
+    """``PYTHONPATH`` for a fresh process: :data:`TESTS_DIR` and :data:`TEST_PLUGINS_DIR` in front of ``env``'s
+    (default: ours), each once."""
+    rest = _paths((os.environ if env is None else env).get("PYTHONPATH"))
+    return os.pathsep.join([TESTS_DIR, TEST_PLUGINS_DIR, *(p for p in rest if p not in (TESTS_DIR, TEST_PLUGINS_DIR))])
+
+
+def without_test_plugins(env: dict[str, str] | None = None) -> dict[str, str]:
+    """A copy of ``env`` (default: ours) whose ``PYTHONPATH`` lacks :data:`TEST_PLUGINS_DIR`: a process started
+    with it sees the venv as a user does, without the test-only adapters."""
+    out = dict(os.environ if env is None else env)
+    rest = [p for p in _paths(out.get("PYTHONPATH")) if os.path.abspath(p) != TEST_PLUGINS_DIR]
+    if rest:
+        out["PYTHONPATH"] = os.pathsep.join(rest)
+    else:
+        out.pop("PYTHONPATH", None)
+    return out
