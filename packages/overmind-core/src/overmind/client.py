@@ -164,6 +164,14 @@ class Client:
         reply, fds = self._request({"op": "fds", "entry_ids": ids})
         return self._pair(reply.get("fd_entries", []), fds)
 
+    def blobs(self, keys: Iterable[str]) -> tuple[list[tuple[int, str, int]], dict[str, int]]:
+        """Entries that may hold the bytes of blob ``keys`` (``overmind.dedup``, which compares them):
+        ``[(position in keys, entry_id, offset)]`` and an fd of each entry named (the caller closes them)."""
+        reply, fds = self._request({"op": "blobs", "keys": list(keys)})
+        fd_map = self._pair(reply.get("fd_entries", []), fds)
+        found = [tuple(f) for f in reply.get("found") or () if isinstance(f, list) and len(f) == 3]
+        return found, fd_map
+
     def status(self) -> dict[str, Any]:
         """The server's status: pid, uptime, version, protocol, entries, bytes, max_bytes, clients, ..."""
         return self._plain({"op": "status"})

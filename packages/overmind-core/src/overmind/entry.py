@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import arguments_ref, canon, collector, hooks, pickling, provenance
+from . import arguments_ref, canon, collector, dedup, hooks, pickling, provenance
 from .shm import reader, writer
 
 if TYPE_CHECKING:
@@ -52,9 +52,12 @@ def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = N
             "adapters": adapters_meta}
     if pickled.argument_aliases:
         meta["argument_aliases"] = pickled.argument_aliases
-    fd = writer.write_entry(pickled.skeleton, pickled.storages, pickled.data_len,
+    # Storages whose bytes an entry already holds are referenced there, not written (dedup.py).
+    shared = dedup.plan(pickled.storages) if reference_mapped else dedup.Plan(list(pickled.storages))
+    meta.update(shared.meta)
+    fd = writer.write_entry(pickled.skeleton, shared.written, pickled.data_len,
                             name=f"overmind:{loader.name}"[:240])
-    return Encoded(fd, sorted(pickled.deps), meta)
+    return Encoded(fd, sorted(pickled.deps | shared.deps), meta)
 
 
 def _pickle(result: Any, loader: Loader, reference_mapped: bool, arguments: dict | None) -> pickling.Pickled:
@@ -79,6 +82,7 @@ def decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None = 
 def _decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None) -> Any:
     try:
         maps = {entry_id: reader.EntryMapping(entry_id, fd) for entry_id, fd in fds.items()}
+        redirects = dedup.Redirects(entry, fds)  # storages whose bytes another entry holds (dedup.py)
     finally:
         for fd in fds.values():
             os.close(fd)
@@ -90,7 +94,7 @@ def _decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None) 
     def storage_source(where, offset, nbytes):
         return (own if where is None else maps[where]).storage(offset, nbytes)
 
-    obj = pickling.loads(own.skeleton(), storage_source, meta.get("pickler", "pickle"), arguments,
+    obj = pickling.loads(own.skeleton(), redirects.wrap(storage_source), meta.get("pickler", "pickle"), arguments,
                          list(meta.get("argument_aliases") or ()))
     obj = hooks.after_unpickle(obj, adapters_meta)
     if arguments_ref.ArgumentIndex(arguments).path_of(obj) is None:

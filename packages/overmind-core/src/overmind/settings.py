@@ -143,6 +143,9 @@ DECLARED: tuple[Setting, ...] = (
     Setting("OVERMIND_PROGRESS_DELAY", "progress_delay", 3.0,
             _SECONDS.format(name="OVERMIND_PROGRESS_DELAY", default=3),
             "how long a publish runs before its progress bar shows", parse_seconds, "later"),
+    Setting("OVERMIND_DEDUP", "dedup", True, _BOOL,
+            "a storage of 64 KiB or more whose bytes an entry already holds is referenced there, not written again "
+            "(found by a sampled hash, confirmed by a byte compare)", parse_bool, "twice"),
     Setting("OVERMIND_LOG_MAX_BYTES", "log_max_bytes", 16 << 20, "a size in bytes with an optional K, M, G or T "
             "suffix, e.g. OVERMIND_LOG_MAX_BYTES=16M", "server: the log rotates at this size (3 old logs kept)",
             parse_size, "big", default_text="16M"),
@@ -181,6 +184,7 @@ class Settings:
     zerocopy: str = "auto"
     progress: bool = True
     progress_delay: float = 3.0
+    dedup: bool = True
     log_max_bytes: int = 16 << 20
     run_disable: bool = False
     preload: str | None = None

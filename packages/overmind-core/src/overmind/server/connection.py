@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..protocol import PROTOCOL_VERSION, close_fds
+from . import blobs
 from .entries import GetOutcome, StoreError
 from .wire import FrameReader, Outbox
 
@@ -222,13 +223,24 @@ class Connection:
                 raise BadRequest(f"'meta' must be a JSON object, got {type(meta).__name__}")
             if len(fds) != 1:
                 raise BadRequest(f"publish carries exactly one fd (the sealed memfd), got {len(fds)}")
+            held = _held_blobs(meta)
         except BaseException:
             close_fds(fds)
             raise
-        out = self.store.publish(key, self.conn_id, fds[0], deps, meta)
+        out = self.store.publish(key, self.conn_id, fds[0], deps, meta, held)
         reply, out_fds = self._get_reply(msg, out)
         assert out.entry is not None  # a publish is answered like a get hit
         return dict(reply, entry_id=out.entry["entry_id"]), out_fds
+
+    def _op_blobs(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        # Which entries hold bytes that may equal a publisher's storages (overmind.dedup compares them).
+        close_fds(fds)
+        try:
+            keys = blobs.parse_keys(msg.get("keys"))
+        except blobs.BadBlobs as exc:
+            raise BadRequest(str(exc)) from None
+        found, ids, out_fds = self.store.find_blobs(keys)
+        return {"ok": True, "found": [list(f) for f in found], "fd_entries": ids}, out_fds
 
     def _op_release(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
         close_fds(fds)
@@ -258,7 +270,8 @@ class Connection:
             "waiting": self.server.waiting_count(), "clients": self.server.clients,
             "runtime_dir": self.server.runtime_dir, "log": self.server.log_file,
             "torch_imported": "torch" in sys.modules, "fds": _open_fds(),
-            **{k: stats[k] for k in ("gets", "hits", "bytes_served", "publishes", "evictions") if k in stats},
+            **{k: stats[k] for k in ("gets", "hits", "bytes_served", "publishes", "evictions", "blobs")
+               if k in stats},
         }, []
 
     def _op_ls(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
@@ -286,6 +299,14 @@ def _key(msg: dict) -> str:
     if not isinstance(key, str) or not key:
         raise BadRequest(f"'key' must be a non-empty string, got {key!r}")
     return key
+
+
+def _held_blobs(meta: dict) -> list[tuple[str, int]]:
+    """The publish's blob list, taken out of its meta (the index keeps it, the entry's meta does not)."""
+    try:
+        return blobs.parse_held(meta.pop("blobs", None))
+    except blobs.BadBlobs as exc:
+        raise BadRequest(str(exc)) from None
 
 
 def _open_fds() -> int:

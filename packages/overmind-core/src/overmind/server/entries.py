@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import OvermindError
-from . import sealing
+from . import blobs, sealing
 
 log = logging.getLogger("overmind.server")
 
@@ -88,6 +88,7 @@ class Store:
         self._nonce = secrets.token_hex(4)
         self._ids = itertools.count(1)
         self._ticks = itertools.count(1)
+        self.blobs = blobs.BlobIndex()  # bytes the entries hold, for a publisher's dedup (overmind.dedup)
         # For 'overmind status': gets answered, hits among them, bytes those hits mapped (with their deps),
         # entries published, entries evicted (budget or request).
         self.counters = {"gets": 0, "hits": 0, "bytes_served": 0, "publishes": 0, "evictions": 0}
@@ -143,15 +144,19 @@ class Store:
         return keys
 
     # ---- publish ---------------------------------------------------------------------------------------
-    def publish(self, key: str, owner: int, fd: int, deps: list[str], meta: dict[str, Any]) -> GetOutcome:
+    def publish(self, key: str, owner: int, fd: int, deps: list[str], meta: dict[str, Any],
+                held: list[tuple[str, int]] | None = None) -> GetOutcome:
         """Store ``fd`` (ownership passes to the store, closed on refusal) as ``key``; answer like a ``get``
-        hit on it (not counted as a hit), so the publisher maps what it published without asking again."""
-        return self._hit(self._store(key, owner, fd, deps, meta))
+        hit on it (not counted as a hit), so the publisher maps what it published without asking again.
+        ``held`` are the blob keys and offsets of the storages the memfd holds (see :mod:`.blobs`)."""
+        return self._hit(self._store(key, owner, fd, deps, meta, held or []))
 
-    def _store(self, key: str, owner: int, fd: int, deps: list[str], meta: dict[str, Any]) -> Entry:
+    def _store(self, key: str, owner: int, fd: int, deps: list[str], meta: dict[str, Any],
+               held: list[tuple[str, int]] | None = None) -> Entry:
         try:
             try:
-                nbytes = sealing.sealed_size(fd)
+                # Pages really held: storages found in other entries were left as holes (overmind.dedup).
+                nbytes = blobs.held_bytes(fd, sealing.sealed_size(fd))
             except sealing.NotSealed as exc:
                 raise StoreError("not sealed", f"publish refused: {exc}.") from None
             existing = self._by_key.get(key)
@@ -177,6 +182,7 @@ class Store:
             for d in entry.deps:
                 self._by_id[d].referenced_by.add(entry.entry_id)
             self._used += nbytes
+            self.blobs.add(entry.entry_id, held or [])
             self.counters["publishes"] += 1
             self._drop_claim(key)
             log.info("published %s (%d bytes, deps %s); %d/%d bytes used", entry.entry_id, nbytes,
@@ -260,6 +266,13 @@ class Store:
             self._touch(self._by_id[eid])
         return self._dup(entry_ids)
 
+    def find_blobs(self, keys: list[str]) -> tuple[list[tuple[int, str, int]], list[str], list[int]]:
+        """Candidates for blob ``keys``: ``(found, entry_ids, fds)``, ``found`` as ``BlobIndex.find``, and a
+        duplicated fd (the caller closes it) of each entry named there, so the caller can compare the bytes."""
+        found = [f for f in self.blobs.find(keys) if f[1] in self._by_id]
+        ids = list(dict.fromkeys(f[1] for f in found))
+        return found, ids, self._dup(ids)
+
     def evict(self, key: str | None = None, *, all: bool = False) -> tuple[list[str], list[dict[str, Any]]]:
         """Evict ``key`` (refused while another entry references it) or everything; ``(evicted, refused)``."""
         if all:
@@ -287,7 +300,7 @@ class Store:
     def stats(self) -> dict[str, int]:
         """Counts for the ``status`` reply."""
         return {"entries": len(self._by_id), "bytes": self._used, "max_bytes": self.max_bytes,
-                "claims": len(self._claims), **self.counters}
+                "claims": len(self._claims), "blobs": len(self.blobs), **self.counters}
 
     def close_all(self) -> None:
         """Close every fd the store holds (server shutdown)."""
@@ -337,6 +350,7 @@ class Store:
         if self._by_key.get(entry.key) is entry:
             del self._by_key[entry.key]
         del self._by_id[entry.entry_id]
+        self.blobs.remove(entry.entry_id)
         self._used -= entry.nbytes
         _close_quietly(entry.fd)
         for d in entry.deps:
