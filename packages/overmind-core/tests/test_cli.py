@@ -9,6 +9,7 @@ import pytest
 
 from overmind.client import Client
 from overmind.launcher import accepts
+from overmind.protocol import PROTOCOL_VERSION
 
 OVERMIND = os.path.join(os.path.dirname(sys.executable), "overmind")
 
@@ -98,7 +99,7 @@ def test_doctor_brief_prints_one_line_per_check(served):
     assert set(names[5:]) == {"adapter", "library"} and names[5:] == sorted(names[5:])
     assert any(line.split()[2] == "future" and "skipped" in line and "torch>=99" in line for line in lines[5:])
     assert all(line.split()[0] in ("ok", "warn") for line in lines)
-    assert f"pid {proc.pid}, protocol 2" in out.stdout
+    assert f"pid {proc.pid}, protocol {PROTOCOL_VERSION}" in out.stdout
 
 
 def test_doctor_does_not_start_a_server_and_reports_fixes(overmind_runtime):

@@ -31,8 +31,8 @@ def pair():
     b.close()
 
 
-def test_protocol_version_is_2():
-    assert PROTOCOL_VERSION == 2  # 2: publish replies like a get hit
+def test_protocol_version_is_3():
+    assert PROTOCOL_VERSION == 3  # 2: publish replies like a get hit; 3: publish carries checkpoint files' fds
 
 
 def test_roundtrip_without_fds(pair):

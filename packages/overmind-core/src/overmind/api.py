@@ -202,19 +202,24 @@ def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments
         if recheck is not None and not recheck.unchanged(ck):
             raise KeyChanged(f"the files or arguments of {loader.name} changed while it loaded")
 
-    encoded = entry.encode(result, loader, ck.summary, arguments, before_write=before_write)
     try:
-        res = _publish(client, ck, encoded)
-    except ServerError as e:
-        if e.reason != "dep missing":
+        res = _publish(client, ck, entry.encode(result, loader, ck.summary, arguments, before_write=before_write))
+    except (ServerError, entry.FileChanged) as e:
+        if e.reason not in _COPY_INSTEAD:
             raise
-        # An entry this one references was evicted meanwhile: write the bytes themselves instead.
+        # An entry this one references was evicted meanwhile, or a checkpoint file it references changed: write
+        # the bytes themselves instead.
         res = _publish(client, ck, entry.encode(result, loader, ck.summary, arguments, reference_mapped=False))
     return entry.decode(res.entry, res.fds, arguments)
 
 
+_COPY_INSTEAD = ("dep missing", "file changed")
+
+
 def _publish(client, ck: key.CacheKey, encoded: entry.Encoded):
     try:
-        return client.publish_hit(ck.key, encoded.fd, deps=encoded.deps, meta=encoded.meta)
+        return client.publish_hit(ck.key, encoded.fd, deps=encoded.deps, meta=encoded.meta, files=encoded.files)
     finally:
         os.close(encoded.fd)
+        for _, fd in encoded.files:
+            os.close(fd)

@@ -22,7 +22,19 @@ from .errors import OvermindError
 
 log = logging.getLogger("overmind")
 
-__all__ = ["CacheEntry", "CacheInfo", "EvictResult", "AmbiguousPrefix", "cache_info", "evict", "resolve"]
+__all__ = ["CacheEntry", "CacheFile", "CacheInfo", "EvictResult", "AmbiguousPrefix", "cache_info", "evict", "resolve"]
+
+
+@dataclass(frozen=True)
+class CacheFile:
+    """A checkpoint file whose pages entries reference instead of copying them (a file entry): its bytes are
+    the kernel's page cache of the file, shared with every plain load of it, and not in the memory budget."""
+
+    entry_id: str
+    path: str  # as the publishing process saw it (the file may since have been renamed)
+    nbytes: int  # the file's size
+    referenced_by: tuple[str, ...] = ()
+    changed: bool = False  # the file changed on disk since (the next hit takes its entries out of service)
 
 
 @dataclass(frozen=True)
@@ -42,6 +54,12 @@ class CacheEntry:
     referenced_by: tuple[str, ...] = ()  # entry ids referencing this one
     mapped_by: tuple[int, ...] | None = None  # pids mapping its memfd now; None where the server cannot tell
     meta: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    files: tuple[CacheFile, ...] = ()  # checkpoint files it references (transitively), not copied into memfds
+
+    @property
+    def file_nbytes(self) -> int:
+        """Bytes of the checkpoint files it references: page cache, not counted in ``nbytes`` or the budget."""
+        return sum(f.nbytes for f in self.files)
 
     @property
     def short_loader(self) -> str:
@@ -53,6 +71,8 @@ class CacheEntry:
         out = asdict(self)
         out["deps"], out["referenced_by"] = list(self.deps), list(self.referenced_by)
         out["mapped_by"] = None if self.mapped_by is None else list(self.mapped_by)
+        out["files"] = [dict(asdict(f), referenced_by=list(f.referenced_by)) for f in self.files]
+        out["file_nbytes"] = self.file_nbytes
         return out
 
 
@@ -64,10 +84,17 @@ class CacheInfo:
     runtime_dir: str
     entries: tuple[CacheEntry, ...] = ()
     status: dict[str, Any] = field(default_factory=dict)
+    files: tuple[CacheFile, ...] = ()  # the checkpoint files entries reference
 
     @property
     def size_on_server(self) -> int:
+        """Bytes of the server's memfds (what the budget counts)."""
         return sum(e.nbytes for e in self.entries)
+
+    @property
+    def file_bytes(self) -> int:
+        """Bytes of the checkpoint files entries reference: page cache, outside the budget."""
+        return sum(f.nbytes for f in self.files)
 
     @property
     def hit_rate(self) -> float | None:
@@ -77,7 +104,8 @@ class CacheInfo:
     def to_json(self) -> dict[str, Any]:
         return {"running": self.running, "runtime_dir": self.runtime_dir, "status": self.status,
                 "entries": [e.to_json() for e in self.entries], "size_on_server": self.size_on_server,
-                "hit_rate": self.hit_rate}
+                "hit_rate": self.hit_rate, "files": [dict(asdict(f), referenced_by=list(f.referenced_by))
+                                                     for f in self.files], "file_bytes": self.file_bytes}
 
 
 @dataclass(frozen=True)
@@ -112,11 +140,15 @@ def cache_info(runtime_dir: str | None = None, *, processes: bool = True) -> Cac
         return CacheInfo(False, client.runtime_dir)
     try:
         status = client.status()
-        raw = client.ls()
+        listed = client.ls_all()
+        raw = listed["entries"]
     finally:
         client.close()
     mapped = _mapping_pids({e["ino"] for e in raw if "ino" in e}) if processes else {}
     by_id = {e["entry_id"]: e for e in raw}
+    files = {f["entry_id"]: CacheFile(f["entry_id"], str(f.get("path", "")), int(f.get("nbytes", 0)),
+                                      tuple(f.get("referenced_by") or ()), bool(f.get("changed")))
+             for f in listed["files"]}
     entries = []
     for e in raw:
         meta = e.get("meta") or {}
@@ -130,8 +162,8 @@ def cache_info(runtime_dir: str | None = None, *, processes: bool = True) -> Cac
             referenced_nbytes=sum(int(by_id[r]["nbytes"]) for r in refs), hits=int(e.get("hits", 0)),
             created=float(e.get("created", 0)), last_used=float(e.get("last_used", 0)),
             deps=tuple(e.get("deps") or ()), referenced_by=tuple(e.get("referenced_by") or ()), mapped_by=pids,
-            meta=meta))
-    return CacheInfo(True, client.runtime_dir, tuple(entries), status)
+            meta=meta, files=tuple(files[f] for f in sorted(_file_closure(e["entry_id"], by_id)) if f in files)))
+    return CacheInfo(True, client.runtime_dir, tuple(entries), status, tuple(files.values()))
 
 
 def resolve(prefix: str, entries: Iterable[CacheEntry]) -> CacheEntry:
@@ -202,6 +234,13 @@ def _closure(entry_id: str, by_id: dict[str, Any]) -> set[str]:
         deps = by_id[eid]["deps"] if isinstance(by_id[eid], dict) else by_id[eid].deps
         todo.extend(deps or ())
     return seen
+
+
+def _file_closure(entry_id: str, by_id: dict[str, Any]) -> set[str]:
+    """The file entries ``entry_id`` references, directly or through the entries it references."""
+    from .protocol import is_file_entry
+
+    return {d for e in _closure(entry_id, by_id) for d in (by_id[e]["deps"] or ()) if is_file_entry(d)}
 
 
 def _mapping_pids(inodes: set[int]) -> dict[int, set[int]]:

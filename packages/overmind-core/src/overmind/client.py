@@ -113,13 +113,18 @@ class Client:
             self._drop_connection()
             raise
 
-    def publish_hit(self, key: str, fd: int, *, deps: Iterable[str] = (),
-                    meta: dict[str, Any] | None = None) -> GetResult:
+    def publish_hit(self, key: str, fd: int, *, deps: Iterable[str] = (), meta: dict[str, Any] | None = None,
+                    files: Iterable[tuple[dict[str, Any], int]] = ()) -> GetResult:
         """Publish the sealed memfd ``fd`` (left open) as ``key``; the reply is a ``hit`` on the entry now
         serving ``key`` (an existing one if ``key`` was already published), with fds the caller owns, so a miss
         costs one round trip. Raises ``ServerError`` with ``reason`` ``not sealed``, ``dep missing`` or
-        ``budget``."""
-        reply, fds = self._request({"op": "publish", "key": key, "deps": list(deps), "meta": meta or {}}, [fd])
+        ``budget``, ``file changed``. ``files``: ``(description, read-only fd)`` of the checkpoint files the entry
+        references (``shm.filemaps.open_referenced``), left open."""
+        msg: dict[str, Any] = {"op": "publish", "key": key, "deps": list(deps), "meta": meta or {}}
+        files = list(files)
+        if files:
+            msg["files"] = [description for description, _ in files]
+        reply, fds = self._request(msg, [fd, *(file_fd for _, file_fd in files)])
         entry = reply.get("entry")
         if reply.get("status") != "hit" or reply.get("key") != key or not (
                 isinstance(entry, dict) and entry.get("key") == key):
@@ -179,6 +184,12 @@ class Client:
     def ls(self) -> list[dict[str, Any]]:
         """Every cached entry with its size, hits, last use, meta, deps and referents."""
         return self._plain({"op": "ls"})["entries"]
+
+    def ls_all(self) -> dict[str, Any]:
+        """The whole ``ls`` reply: ``entries`` as :meth:`ls`, and ``files``, the checkpoint files entries
+        reference (``entry_id``, ``path``, ``nbytes``, ``referenced_by``, ``changed``)."""
+        reply = self._plain({"op": "ls"})
+        return {"entries": reply["entries"], "files": reply.get("files", [])}
 
     def evict(self, key: str | None = None, all: bool = False) -> dict[str, Any]:
         """Evict ``key`` or everything; returns ``{"evicted": [keys], "refused": [{key, reason}]}``."""

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import arguments_ref, canon, collector, dedup, hooks, pickling, provenance
-from .shm import reader, writer
+from .shm import filemaps, reader, writer
+from .shm.filemaps import FileChanged  # noqa: F401 - api.publish copies everything when it is raised
 
 if TYPE_CHECKING:
     from .key import Loader
@@ -31,6 +32,9 @@ class Encoded:
     fd: int
     deps: list[str]  # ids of the entries whose bytes this one references
     meta: dict[str, Any]
+    # (description, read-only fd) of each checkpoint file whose pages the entry references (``shm.filemaps``);
+    # the caller closes the fds too
+    files: list[tuple[dict[str, Any], int]] = field(default_factory=list)
 
 
 def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = None, *,
@@ -39,8 +43,9 @@ def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = N
 
     Objects of the call's bound ``arguments`` that the result holds are recorded as references to those
     arguments (neither pickled nor copied). ``reference_mapped=False`` copies every storage, even one that
-    lives in an entry already mapped here. ``before_write`` runs once the result is pickled (so an adapter's
-    refusal, which says why, comes first) and before anything is written; what it raises propagates.
+    lives in an entry already mapped here or in a checkpoint file. ``before_write`` runs once the result is
+    pickled (so an adapter's refusal, which says why, comes first) and before anything is written; what it raises
+    propagates.
     Raises :class:`~overmind.pickling.PicklingFailed` for a result that cannot be pickled.
     """
     with collector.paused():  # no collection over the user's heap inside a load (see collector.py)
@@ -55,9 +60,15 @@ def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = N
     # Storages whose bytes an entry already holds are referenced there, not written (dedup.py).
     shared = dedup.plan(pickled.storages) if reference_mapped else dedup.Plan(list(pickled.storages))
     meta.update(shared.meta)
-    fd = writer.write_entry(pickled.skeleton, shared.written, pickled.data_len,
-                            name=f"overmind:{loader.name}"[:240])
-    return Encoded(fd, sorted(pickled.deps | shared.deps), meta)
+    files = filemaps.open_referenced(pickled.deps)  # raises FileChanged: the caller copies everything then
+    try:
+        fd = writer.write_entry(pickled.skeleton, shared.written, pickled.data_len,
+                                name=f"overmind:{loader.name}"[:240])
+    except BaseException:
+        for _, file_fd in files:
+            os.close(file_fd)
+        raise
+    return Encoded(fd, sorted(pickled.deps | shared.deps), meta, files)
 
 
 def _pickle(result: Any, loader: Loader, reference_mapped: bool, arguments: dict | None) -> pickling.Pickled:
@@ -81,12 +92,13 @@ def decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None = 
 
 def _decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None) -> Any:
     try:
-        maps = {entry_id: reader.EntryMapping(entry_id, fd) for entry_id, fd in fds.items()}
+        maps = {entry_id: reader.map_entry(entry_id, fd) for entry_id, fd in fds.items()}
         redirects = dedup.Redirects(entry, fds)  # storages whose bytes another entry holds (dedup.py)
     finally:
         for fd in fds.values():
             os.close(fd)
     own = maps[entry["entry_id"]]
+    assert isinstance(own, reader.EntryMapping)  # the entry itself is a memfd; only its deps may be files
     meta = entry.get("meta") or {}
     adapters_meta = meta.get("adapters") or {}
     hooks.before_unpickle(adapters_meta)

@@ -136,5 +136,9 @@ def render(entries: Iterable[CacheEntry], width: int | None = None, *, sort: str
         lines.append(_GAP.join(parts).rstrip()[:width])
     total = sum(e.nbytes for e in rows)
     note = "" if known else "; PIDS ?: this server does not say which processes map its entries"
+    files = {f.entry_id: f.nbytes for e in rows for f in e.files}
+    if files:  # referenced where they lie, not copied: page cache, outside the budget
+        note = (f"; plus {human_bytes(sum(files.values()))} in {len(files)} checkpoint "
+                f"file{'s' if len(files) > 1 else ''} referenced (page cache)") + note
     lines.append(fit(f"{len(rows)} entries, {human_bytes(total)}{note}", width))
     return lines

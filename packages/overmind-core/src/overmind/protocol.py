@@ -12,6 +12,7 @@ object and is followed by frames ``{"more_fds": k}``, each carrying ``k`` furthe
 from __future__ import annotations
 
 import array
+import hashlib
 import json
 import os
 import socket
@@ -22,7 +23,9 @@ from .errors import OvermindError
 
 # 2: publish replies like a get hit (the entry and its fds), so a miss costs one round trip. A client and a
 # server of different versions refuse each other at hello with a message naming the fix ('overmind stop').
-PROTOCOL_VERSION = 2
+# 3: file entries (issue 12): a publish may carry read-only fds of checkpoint files (``files``) whose pages its
+# storages reference, and a hit's fds then include those files' (ids starting with ``FILE_ENTRY_PREFIX``).
+PROTOCOL_VERSION = 3
 MAX_FDS_PER_FRAME = 250
 # A frame is a control message, never bulk data (bulk data travels as memfds), so a large length means a
 # confused or hostile peer: refuse it rather than allocate it.
@@ -32,6 +35,31 @@ _HEADER = struct.Struct(">I")
 _FD_SIZE = array.array("i").itemsize
 # Received fds are close-on-exec so a loader that spawns subprocesses does not leak them.
 _RECV_FLAGS = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
+
+
+# ---- file entries ----------------------------------------------------------------------------------------
+# A file entry stands for one checkpoint file as it was when published: its id is derived from the file's
+# identity, the same tuple ``fingerprint.py`` keys a path by (ctime cannot be set by the user, so a rewrite
+# with size and mtime put back still changes it). A reader maps such an fd as the whole file (no header).
+FILE_ENTRY_PREFIX = "file-"
+FILE_IDENTITY_FIELDS = ("dev", "ino", "size", "mtime_ns", "ctime_ns")
+
+
+def file_identity(st: os.stat_result) -> dict[str, int]:
+    """The identity of a file as a publish describes it and the server checks it (``os.fstat`` of its fd)."""
+    return {"dev": st.st_dev, "ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+            "ctime_ns": st.st_ctime_ns}
+
+
+def file_entry_id(identity: dict[str, int]) -> str:
+    """``file-<digest>`` of a file identity: one id per file version, the same in every process."""
+    text = ",".join(str(int(identity[f])) for f in FILE_IDENTITY_FIELDS)
+    return FILE_ENTRY_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def is_file_entry(entry_id: str) -> bool:
+    """Whether ``entry_id`` names a file entry (a checkpoint file) rather than a memfd entry."""
+    return entry_id.startswith(FILE_ENTRY_PREFIX)
 
 
 class ConnectionClosed(OvermindError, ConnectionError):

@@ -143,6 +143,9 @@ DECLARED: tuple[Setting, ...] = (
     Setting("OVERMIND_PROGRESS_DELAY", "progress_delay", 3.0,
             _SECONDS.format(name="OVERMIND_PROGRESS_DELAY", default=3),
             "how long a publish runs before its progress bar shows", parse_seconds, "later"),
+    Setting("OVERMIND_FILE_REFERENCES", "file_references", True, _BOOL,
+            "a storage that is an untouched private mapping of a checkpoint file (a lazy safetensors load) is "
+            "referenced in that file, not copied into shared memory", parse_bool, "maybe"),
     Setting("OVERMIND_DEDUP", "dedup", True, _BOOL,
             "a storage of 64 KiB or more whose bytes an entry already holds is referenced there, not written again "
             "(found by a sampled hash, confirmed by a byte compare)", parse_bool, "twice"),
@@ -184,6 +187,7 @@ class Settings:
     zerocopy: str = "auto"
     progress: bool = True
     progress_delay: float = 3.0
+    file_references: bool = True
     dedup: bool = True
     log_max_bytes: int = 16 << 20
     run_disable: bool = False

@@ -130,7 +130,12 @@ def run_fresh(script: str, *, env: dict[str, str] | None = None, timeout: float 
 
 
 def overmind_mapped(address: int) -> bool:
-    """Whether ``address`` lies in a mapping of an Overmind memfd in this process (``/proc/self/maps``)."""
+    """Whether ``address`` lies in a mapping of an Overmind memfd in this process (``/proc/self/maps``), or in
+    a checkpoint file mapped for a file entry of a hit (the registry of ``overmind.shm.mappings``)."""
+    from .shm import mappings
+
+    if mappings.contains(address):
+        return True
     with open("/proc/self/maps") as f:
         for line in f:
             fields = line.split()

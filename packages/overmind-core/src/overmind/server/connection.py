@@ -221,13 +221,17 @@ class Connection:
                 raise BadRequest(f"'deps' must be a list of entry ids, got {deps!r}")
             if not isinstance(meta, dict):
                 raise BadRequest(f"'meta' must be a JSON object, got {type(meta).__name__}")
-            if len(fds) != 1:
-                raise BadRequest(f"publish carries exactly one fd (the sealed memfd), got {len(fds)}")
+            files = msg.get("files", [])
+            if not isinstance(files, list) or not all(isinstance(f, dict) for f in files):
+                raise BadRequest(f"'files' must be a list of file descriptions, got {files!r}")
+            if len(fds) != 1 + len(files):
+                raise BadRequest(f"publish carries one fd (the sealed memfd) and one per file described "
+                                 f"({len(files)}), got {len(fds)}")
             held = _held_blobs(meta)
         except BaseException:
             close_fds(fds)
             raise
-        out = self.store.publish(key, self.conn_id, fds[0], deps, meta, held)
+        out = self.store.publish(key, self.conn_id, fds[0], deps, meta, held, files=list(zip(files, fds[1:])))
         reply, out_fds = self._get_reply(msg, out)
         assert out.entry is not None  # a publish is answered like a get hit
         return dict(reply, entry_id=out.entry["entry_id"]), out_fds
@@ -270,13 +274,13 @@ class Connection:
             "waiting": self.server.waiting_count(), "clients": self.server.clients,
             "runtime_dir": self.server.runtime_dir, "log": self.server.log_file,
             "torch_imported": "torch" in sys.modules, "fds": _open_fds(),
-            **{k: stats[k] for k in ("gets", "hits", "bytes_served", "publishes", "evictions", "blobs")
-               if k in stats},
+            **{k: stats[k] for k in ("gets", "hits", "bytes_served", "publishes", "evictions", "blobs",
+                                   "files", "file_bytes") if k in stats},
         }, []
 
     def _op_ls(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
         close_fds(fds)
-        return {"ok": True, "entries": self.store.listing()}, []
+        return {"ok": True, "entries": self.store.listing(), "files": self.store.file_listing()}, []
 
     def _op_evict(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
         close_fds(fds)

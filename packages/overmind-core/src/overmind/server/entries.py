@@ -11,6 +11,14 @@ evicting an entry only closes the server's own fd, and mappings clients already 
 alive. Entry ids carry a random nonce of this server, so an id seen from an earlier server is unknown here
 (never another entry of the same name). An entry marked bad (a client could not rebuild it) is no longer
 served under its key; it stays, for the entries that reference it, until the last of them goes.
+
+File entries (issue 12) stand for a checkpoint file whose pages an entry's storages reference instead of
+copying them: keyless, with the read-only fd the publisher sent, id ``file-<digest of its identity>``
+(``protocol.file_entry_id``). The server checks the fd against the identity the client describes before it
+takes it, keeps a file entry exactly as long as an entry references it, and counts its bytes apart (page
+cache, not the memfd budget). Before every hit it fstats each file the entry transitively references: one that
+changed (size, mtime or ctime: a rewrite in place, a rename over it, an unlink) takes every entry depending on
+it out of service, and the get answers as for a missing key.
 """
 from __future__ import annotations
 
@@ -18,11 +26,13 @@ import itertools
 import logging
 import os
 import secrets
+import stat
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import OvermindError
+from ..protocol import FILE_IDENTITY_FIELDS, file_entry_id, file_identity, is_file_entry
 from . import blobs, sealing
 
 log = logging.getLogger("overmind.server")
@@ -52,6 +62,27 @@ class Entry:
     hits: int = 0
     referenced_by: set[str] = field(default_factory=set)
     bad: bool = False  # out of service: kept only while other entries reference it
+    path: str = ""  # a file entry's: the checkpoint file's path as the publisher saw it
+    identity: dict[str, int] | None = None  # a file entry's: protocol.file_identity when published
+
+    @property
+    def is_file(self) -> bool:
+        return self.identity is not None
+
+    @property
+    def keyless(self) -> bool:
+        """Kept only while another entry references it (out of service, or a file entry)."""
+        return self.bad or self.is_file
+
+    def changed(self) -> bool:
+        """Whether a file entry's file is no longer what it was when published (or was deleted)."""
+        if self.identity is None:
+            return False
+        try:
+            st = os.fstat(self.fd)
+        except OSError:
+            return True
+        return st.st_nlink == 0 or file_identity(st) != self.identity
 
     def public(self) -> dict[str, Any]:
         """The fields a ``hit`` reply carries."""
@@ -63,6 +94,13 @@ class Entry:
         # ino: the memfd's inode, which /proc/<pid>/maps shows, so 'overmind ls' can tell who maps the entry.
         return dict(self.public(), hits=self.hits, created=self.created, last_used=self.last_used,
                     referenced_by=sorted(self.referenced_by), ino=os.fstat(self.fd).st_ino)
+
+    def file_listing(self) -> dict[str, Any]:
+        """A file entry's fields in an ``ls`` reply (its ``files`` list)."""
+        assert self.identity is not None
+        return {"entry_id": self.entry_id, "path": self.path, "nbytes": self.identity["size"],
+                "referenced_by": sorted(self.referenced_by), "created": self.created, "changed": self.changed(),
+                **{f: self.identity[f] for f in FILE_IDENTITY_FIELDS}}
 
 
 @dataclass
@@ -98,6 +136,8 @@ class Store:
         """Hit, claim or miss per the protocol's ``get``; ``busy`` while another owner holds the claim."""
         entry = self._by_key.get(key)
         self.counters["gets"] += 1
+        if entry is not None and self._retire_changed(self._closure([entry.entry_id])):
+            entry = None  # a checkpoint file it references changed: answered as for a missing key
         if entry is not None:
             self._touch(entry)
             entry.hits += 1
@@ -145,11 +185,82 @@ class Store:
 
     # ---- publish ---------------------------------------------------------------------------------------
     def publish(self, key: str, owner: int, fd: int, deps: list[str], meta: dict[str, Any],
-                held: list[tuple[str, int]] | None = None) -> GetOutcome:
+                held: list[tuple[str, int]] | None = None, *,
+                files: list[tuple[dict[str, Any], int]] | None = None) -> GetOutcome:
         """Store ``fd`` (ownership passes to the store, closed on refusal) as ``key``; answer like a ``get``
         hit on it (not counted as a hit), so the publisher maps what it published without asking again.
-        ``held`` are the blob keys and offsets of the storages the memfd holds (see :mod:`.blobs`)."""
-        return self._hit(self._store(key, owner, fd, deps, meta, held or []))
+        ``held`` are the blob keys and offsets of the storages the memfd holds (see :mod:`.blobs`).
+        ``files``: ``(description, fd)`` of the checkpoint files ``deps`` names (file entries), each fd owned
+        by the store from here; one that is not the file described refuses the publish (``file changed``)."""
+        try:
+            adopted = self._adopt_files(files or [])
+        except BaseException:
+            _close_quietly(fd)
+            raise
+        try:
+            return self._hit(self._store(key, owner, fd, deps, meta, held or []))
+        finally:
+            for file_id in adopted:  # refused, or the key was already cached: a file nobody references goes
+                file_entry = self._by_id.get(file_id)
+                if file_entry is not None and not file_entry.referenced_by:
+                    self._remove(file_entry)
+
+    def _adopt_files(self, files: list[tuple[dict[str, Any], int]]) -> list[str]:
+        """Take each described file's fd as its file entry (or close it if that entry exists); the ids
+        created. Every fd is closed or kept, whatever is raised."""
+        created: list[str] = []
+        try:
+            for i, (description, fd) in enumerate(files):
+                try:
+                    entry = self._file_entry(description, fd)
+                except BaseException:
+                    for _, rest in files[i:]:
+                        _close_quietly(rest)
+                    raise
+                if entry is not None:
+                    created.append(entry.entry_id)
+        except BaseException:
+            for file_id in created:
+                self._remove(self._by_id[file_id])
+            raise
+        return created
+
+    def _file_entry(self, description: dict[str, Any], fd: int) -> Entry | None:
+        """A new file entry for ``fd`` (None if it exists already and ``fd`` was closed)."""
+        if not isinstance(description, dict):
+            description = {}
+        path, entry_id = description.get("path"), description.get("entry_id")
+        values = [description.get(f) for f in FILE_IDENTITY_FIELDS]
+        if (not isinstance(path, str) or not isinstance(entry_id, str) or not is_file_entry(entry_id)
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in values)):
+            raise StoreError("bad request", f"publish refused: a file must be described by entry_id, path and "
+                             f"{', '.join(FILE_IDENTITY_FIELDS)}, got {description!r}")
+        claimed = {f: int(v) for f, v in zip(FILE_IDENTITY_FIELDS, values)}  # type: ignore[arg-type]
+        if file_entry_id(claimed) != entry_id:
+            raise StoreError("bad request", f"publish refused: file entry id {entry_id} is not the id of the "
+                             f"identity described for {path}")
+        try:
+            st = os.fstat(fd)
+            mode = _access_mode(fd)
+        except OSError as exc:
+            raise StoreError("file changed", f"publish refused: cannot fstat the fd sent for {path} "
+                             f"({exc.strerror})") from None
+        if not stat.S_ISREG(st.st_mode) or mode != os.O_RDONLY:
+            raise StoreError("bad request", f"publish refused: the fd sent for {path} is not a regular file "
+                             f"opened read-only")
+        if file_identity(st) != claimed or st.st_nlink == 0:
+            raise StoreError("file changed", f"publish refused: {path} changed since the client read its pages "
+                             f"(now {file_identity(st)}, the client saw {claimed}); load again.")
+        if entry_id in self._by_id:
+            os.close(fd)
+            return None
+        now = time.time()
+        entry = Entry(entry_id, "", fd, 0, {"path": path}, [], created=now, last_used=now, lru=next(self._ticks),
+                      path=path, identity=claimed)
+        self._by_id[entry_id] = entry
+        log.info("file entry %s for %s (%d bytes of page cache, not counted in the budget)", entry_id, path,
+                 st.st_size)
+        return entry
 
     def _store(self, key: str, owner: int, fd: int, deps: list[str], meta: dict[str, Any],
                held: list[tuple[str, int]] | None = None) -> Entry:
@@ -160,12 +271,16 @@ class Store:
             except sealing.NotSealed as exc:
                 raise StoreError("not sealed", f"publish refused: {exc}.") from None
             existing = self._by_key.get(key)
+            if existing is not None and self._retire_changed(self._closure([existing.entry_id])):
+                existing = None
             if existing is not None:
                 # Two loaders raced without claims (or one published twice): first one wins, the new fd is
                 # redundant.
                 self._drop_claim(key)
                 os.close(fd)
                 return existing
+            # A dependency whose checkpoint file changed is no longer what the new entry's bytes were read from.
+            self._retire_changed(self._closure([d for d in deps if d in self._by_id]))
             missing = [d for d in deps if d not in self._by_id]
             if missing:
                 raise StoreError(
@@ -223,7 +338,7 @@ class Store:
         plan: list[Entry] = []
         while self._used - freed + need > self.max_bytes:
             candidates = [e for eid, e in self._by_id.items()
-                          if eid not in gone and eid not in protected and not refs[eid]]
+                          if eid not in gone and eid not in protected and not refs[eid] and not e.is_file]
             if not candidates:
                 return None
             victim = min(candidates, key=lambda e: e.lru)
@@ -233,7 +348,7 @@ class Store:
             for d in victim.deps:
                 refs[d].discard(victim.entry_id)
                 dep = self._by_id[d]
-                if dep.bad and not refs[d] and d not in gone:  # removed along with its last referent
+                if dep.keyless and not refs[d] and d not in gone:  # removed along with its last referent
                     gone.add(d)
                     freed += dep.nbytes
         return plan
@@ -255,6 +370,31 @@ class Store:
             self._remove(entry)
         return True
 
+    def _retire_changed(self, ids: list[str]) -> bool:
+        """Take out of service every entry depending on a file entry among ``ids`` whose file changed (and free
+        those nobody references); whether there was one."""
+        changed = [self._by_id[i] for i in ids if is_file_entry(i) and self._by_id[i].changed()]
+        if not changed:
+            return False
+        affected: dict[str, Entry] = {}
+        todo = list(changed)
+        while todo:
+            e = todo.pop()
+            if e.entry_id in affected:
+                continue
+            affected[e.entry_id] = e
+            todo.extend(self._by_id[r] for r in e.referenced_by if r in self._by_id)
+        for e in affected.values():
+            if not e.is_file and self._by_key.get(e.key) is e:
+                del self._by_key[e.key]
+            e.bad = True
+        log.info("checkpoint files %s changed on disk: entries %s no longer served",
+                 [f.path for f in changed], sorted(i for i, e in affected.items() if not e.is_file))
+        for e in list(affected.values()):
+            if not e.referenced_by:
+                self._remove(e)  # frees the entries below it that nothing else references
+        return True
+
     # ---- fds, listing, eviction ------------------------------------------------------------------------
     def fds(self, entry_ids: list[str]) -> list[int]:
         """Duplicates of the fds of ``entry_ids``, in order; the caller closes them."""
@@ -262,6 +402,8 @@ class Store:
         if missing:
             raise StoreError("unknown entry", f"entries {missing} are not cached (evicted or never "
                              f"published); run 'overmind ls' to see what is.")
+        if self._retire_changed(self._closure(entry_ids)):
+            return self.fds(entry_ids)  # unknown entry now, if one of them depended on a changed file
         for eid in entry_ids:
             self._touch(self._by_id[eid])
         return self._dup(entry_ids)
@@ -276,8 +418,8 @@ class Store:
     def evict(self, key: str | None = None, *, all: bool = False) -> tuple[list[str], list[dict[str, Any]]]:
         """Evict ``key`` (refused while another entry references it) or everything; ``(evicted, refused)``."""
         if all:
-            victims = list(self._by_id.values())
-            for e in victims:
+            victims = [e for e in self._by_id.values() if not e.is_file]
+            for e in list(self._by_id.values()):
                 self._remove(e)
             self.counters["evictions"] += len(victims)
             log.info("evicted all %d entries on request", len(victims))
@@ -295,11 +437,18 @@ class Store:
 
     def listing(self) -> list[dict[str, Any]]:
         """Every entry's ``ls`` fields, oldest first."""
-        return [e.listing() for e in sorted(self._by_id.values(), key=lambda e: e.created)]
+        return [e.listing() for e in sorted(self._by_id.values(), key=lambda e: e.created) if not e.is_file]
+
+    def file_listing(self) -> list[dict[str, Any]]:
+        """Every file entry's ``ls`` fields (the checkpoint files entries reference), oldest first."""
+        return [e.file_listing() for e in sorted(self._by_id.values(), key=lambda e: e.created) if e.is_file]
 
     def stats(self) -> dict[str, int]:
-        """Counts for the ``status`` reply."""
-        return {"entries": len(self._by_id), "bytes": self._used, "max_bytes": self.max_bytes,
+        """Counts for the ``status`` reply (``entries`` and ``bytes``: memfd entries; ``files`` and
+        ``file_bytes``: the checkpoint files they reference, page cache outside the budget)."""
+        files = [e.identity["size"] for e in self._by_id.values() if e.identity is not None]
+        return {"entries": len(self._by_id) - len(files), "files": len(files), "file_bytes": sum(files),
+                "bytes": self._used, "max_bytes": self.max_bytes,
                 "claims": len(self._claims), "blobs": len(self.blobs), **self.counters}
 
     def close_all(self) -> None:
@@ -357,8 +506,9 @@ class Store:
             dep = self._by_id.get(d)
             if dep is not None:
                 dep.referenced_by.discard(entry.entry_id)
-                if dep.bad and not dep.referenced_by:
-                    log.info("evicting bad entry %s: its last referent %s is gone", d, entry.entry_id)
+                if dep.keyless and not dep.referenced_by:
+                    log.info("evicting %s entry %s: its last referent %s is gone",
+                             "file" if dep.is_file else "bad", d, entry.entry_id)
                     self._remove(dep)
 
 
@@ -367,3 +517,10 @@ def _close_quietly(fd: int) -> None:
         os.close(fd)
     except OSError:
         pass
+
+
+def _access_mode(fd: int) -> int:
+    """The access mode of ``fd`` (``os.O_RDONLY``, ``O_WRONLY`` or ``O_RDWR``)."""
+    import fcntl
+
+    return fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE

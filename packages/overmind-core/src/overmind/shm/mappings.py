@@ -1,5 +1,8 @@
 """The registry of this process's live entry mappings, to recognise a storage that already lives in one.
 
+File entries (checkpoint files, see :mod:`.filemaps`) are registered too: a storage of a file-backed hit is
+located at its offset in the file, and the next entry holding it references the same file entry.
+
 A storage found here is referenced by the next entry that contains it instead of being copied again
 (``from_pretrained(..., vae=vae)``), but only while its pages are pristine: a page the user wrote to
 became a private anonymous page, and its bytes are no longer the entry's. /proc/self/pagemap tells
@@ -14,7 +17,7 @@ import weakref
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from .reader import EntryMapping
+    from .reader import EntryMapping, FileMapping
 
 PAGE = mmap.PAGESIZE
 _lock = threading.Lock()
@@ -27,9 +30,9 @@ class Location(NamedTuple):
     offset: int  # relative to the entry's data region
 
 
-def register(m: EntryMapping) -> None:
-    """Record ``m``'s data region until its mmap is freed (the storages over it keep the mmap alive,
-    possibly long after the EntryMapping object itself is gone)."""
+def register(m: EntryMapping | FileMapping) -> None:
+    """Record ``m``'s data region (a file entry's: the whole file, offsets in the file) until its mmap is freed
+    (the storages over it keep the mmap alive, possibly long after the mapping object itself is gone)."""
     start, end, token = m.data_address, m.address + len(m.mm), object()
     with _lock:
         if start not in _spans:

@@ -4,6 +4,9 @@ The pickler meets storages one by one and asks :meth:`Placer.place`; only this m
 alignment (``layout.STORAGE_ALIGN``) and how bytes are shared. A storage met twice (views of one storage, a tied
 weight) gets one place. A CPU storage that lies, untouched, in an entry mapping of this process (``vae=vae``) is
 referenced there instead of copied (see :mod:`.mappings`), and that entry becomes a dependency of the new one.
+A CPU storage that is an untouched private mapping of a checkpoint file (a lazy safetensors load) is referenced
+in that file (see :mod:`.filemaps`): its place is ``(file entry id, offset in the file)``, and the file entry
+is a dependency like any other (``OVERMIND_FILE_REFERENCES=0`` copies such storages instead).
 
 >>> placer = Placer()
 >>> placer.place(tensor.untyped_storage())      # (None, 0): this entry, offset 0
@@ -13,7 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import mappings
+from .. import settings
+from . import filemaps, mappings
 from .layout import STORAGE_ALIGN, align
 
 if TYPE_CHECKING:
@@ -29,10 +33,12 @@ class Placer:
         self.data_len = 0
         self.deps: set[str] = set()
         self._seen: dict[tuple, tuple[str | None, int]] = {}
+        self._files = filemaps.FileMaps() if reference_mapped and settings.current().file_references else None
 
     def place(self, untyped: torch.UntypedStorage) -> tuple[str | None, int]:
         """``(where, offset)``: ``where`` is ``None`` for this entry's data region, or the entry_id of the
-        mapped entry whose data region holds the bytes at ``offset``."""
+        mapped entry whose data region holds the bytes at ``offset`` (or the file entry of the checkpoint file
+        that holds them at file offset ``offset``)."""
         device, nbytes = untyped.device, untyped.nbytes()
         ident = (str(device), untyped.data_ptr(), nbytes)
         place = self._seen.get(ident) if nbytes else None
@@ -48,6 +54,10 @@ class Placer:
             if loc is not None:
                 self.deps.add(loc.entry_id)
                 return (loc.entry_id, loc.offset)
+            found = self._files.locate(untyped.data_ptr(), nbytes) if self._files is not None else None
+            if found is not None:
+                self.deps.add(found.file_id)
+                return (found.file_id, found.offset)
         offset = align(self.data_len, STORAGE_ALIGN)
         self.data_len = offset + nbytes
         self.storages.append((untyped, offset))

@@ -3,6 +3,10 @@
 Every load maps the memfd afresh with MAP_PRIVATE: an in-place write by the user (``p.data.add_(1)``,
 ``load_state_dict``) lands in a private page of this one object, never in the cache, never in another
 process, and never in another object loaded from the same entry in this process.
+
+A file entry (a checkpoint file whose pages an entry references, see :mod:`.filemaps`) is mapped the same way,
+the whole file with no header: its storages are sliced at their offsets in the file, as the plain lazy load
+of that file had them. :func:`map_entry` picks the kind by the entry id.
 """
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import os
 import torch
 
 from .. import zerocopy
+from ..protocol import is_file_entry
 from . import mappings
 from .fdless import map_private
 from .layout import Layout
@@ -48,3 +53,37 @@ class EntryMapping:
                              f"{self.layout.data_len} data bytes")
         lo = self.layout.data_offset + offset
         return zerocopy.storage_from_buffer(self._view[lo:lo + nbytes])
+
+
+class FileMapping:
+    """One private mapping of a whole checkpoint file (a file entry); it holds no fd."""
+
+    __slots__ = ("entry_id", "mm", "size", "address", "_view", "__weakref__")
+
+    def __init__(self, entry_id: str, fd: int):
+        self.entry_id = entry_id
+        self.size = os.fstat(fd).st_size
+        if self.size <= 0:
+            raise ValueError(f"file entry {entry_id} is an empty file (truncated since it was published?)")
+        self.mm = map_private(fd, self.size)
+        probe = ctypes.c_char.from_buffer(self.mm)
+        self.address = ctypes.addressof(probe)
+        del probe
+        self._view = memoryview(self.mm)
+        mappings.register(self)
+
+    @property
+    def data_address(self) -> int:
+        return self.address  # storages are placed by their offset in the file
+
+    def storage(self, offset: int, nbytes: int) -> torch.UntypedStorage:
+        """A zero-copy storage over ``nbytes`` at file offset ``offset``; it keeps the mapping alive."""
+        if offset < 0 or offset + nbytes > self.size:
+            raise ValueError(f"storage [{offset}, +{nbytes}) lies outside file entry {self.entry_id}'s "
+                             f"{self.size} bytes (the file shrank?)")
+        return zerocopy.storage_from_buffer(self._view[offset:offset + nbytes])
+
+
+def map_entry(entry_id: str, fd: int) -> EntryMapping | FileMapping:
+    """A private mapping of ``fd``: a file entry's whole file, or a memfd entry by its layout."""
+    return FileMapping(entry_id, fd) if is_file_entry(entry_id) else EntryMapping(entry_id, fd)
