@@ -27,12 +27,11 @@ import importlib
 import inspect
 import logging
 from functools import cache
-from importlib import metadata
 from typing import Any, Iterable, NamedTuple
 
 from .errors import OvermindError
+from .errors import Unkeyable as Uncacheable  # key.Unkeyable: importing key costs activation its hashing
 from .hookspecs import hookimpl
-from .key import Unkeyable as Uncacheable
 from .patching import PatchTarget
 
 __all__ = ["hookimpl", "PatchTarget", "Spec", "resolve", "resolve_roots", "collect", "owns", "label", "warn",
@@ -56,6 +55,8 @@ def uncacheable(reason: str) -> Uncacheable:
 @cache
 def version_of(dist: str) -> str:
     """The installed version of distribution ``dist``, or ``"not installed"``."""
+    from importlib import metadata  # late: activation imports this module, and importlib.metadata is slow
+
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:

@@ -16,12 +16,11 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Any
 
 import pluggy
 
-from . import hookspecs, libraries
+from . import hookspecs, installed, libraries
 from .errors import OvermindError
 from .fallback import OvermindWarning
 
@@ -62,16 +61,15 @@ def disabled_names() -> set[str]:
     return set(current().disabled_adapters)
 
 
-def unmet_requirements(dist: metadata.Distribution | None) -> list[str]:
+def unmet_requirements(dist: installed.Distribution | None) -> list[str]:
     """Requirements marked ``extra == "instruments"`` that the installed packages do not satisfy."""
     unmet = []
     for req in libraries.instruments_requirements(dist):
-        try:
-            have = metadata.version(req.name)
-        except metadata.PackageNotFoundError:
+        have = installed.version(req.name)
+        if have is None:
             unmet.append(f"{req} (not installed)")
             continue
-        if req.specifier and not req.specifier.contains(have, prereleases=True):
+        if req.specifier and not req.satisfied_by(have):
             unmet.append(f"{req} (found {have})")
     return unmet
 
@@ -115,11 +113,11 @@ def register_adapter(name: str, plugin: Any, dist: str | None = None) -> Adapter
 
 def _discover(pm: pluggy.PluginManager, strict: bool) -> None:
     blocked = disabled_names()
-    for ep in metadata.entry_points(group=GROUP):
+    for ep in installed.entry_points(GROUP):
         if ep.name in _states:
             continue
-        dist = getattr(ep, "dist", None)
-        dist_name = dist.metadata["Name"] if dist is not None else None
+        dist = ep.dist
+        dist_name = dist.name
         if ep.name in blocked:
             _states[ep.name] = AdapterState(ep.name, dist_name, "disabled", "blocked by OVERMIND_DISABLED_ADAPTERS")
             continue

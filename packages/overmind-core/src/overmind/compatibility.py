@@ -13,9 +13,8 @@ so, so that a report of a fault can start from there.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import metadata
 
-from . import libraries
+from . import installed, libraries
 
 # The adapters Overmind ships: their instruments ranges are the tested ones (a third-party adapter's range is
 # its own, reported by its skip line).
@@ -57,10 +56,7 @@ class LibraryVersion:
 
 
 def _installed(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
+    return installed.version(name)
 
 
 def _canonical(name: str) -> str:
@@ -77,9 +73,8 @@ def library_versions() -> list[LibraryVersion]:
     its installed version and tested range."""
     rows: dict[str, LibraryVersion] = {}
     for adapter in SHIPPED_ADAPTERS:
-        try:
-            dist = metadata.distribution(adapter)
-        except metadata.PackageNotFoundError:
+        dist = installed.distribution(adapter)
+        if dist is None:
             continue
         for req in libraries.instruments_requirements(dist):
             name = _canonical(req.name)

@@ -9,21 +9,18 @@ from __future__ import annotations
 
 import sys
 from functools import cache
-from importlib import metadata
+
+from . import installed, requirements
 
 
-def instruments_requirements(dist: metadata.Distribution | None) -> list:
+def instruments_requirements(dist: installed.Distribution | None) -> list[requirements.Requirement]:
     """The requirements an adapter distribution declares under its ``instruments`` extra only."""
     if dist is None:
         return []
-    from packaging.requirements import Requirement
-
-    reqs = [Requirement(line) for line in dist.requires or []]
-    return [r for r in reqs if r.marker is not None and r.marker.evaluate({"extra": "instruments"})
-            and not r.marker.evaluate({"extra": ""})]
+    return requirements.instruments_only(dist.requires or [])
 
 
-def instrumented_distributions(dist: metadata.Distribution | None) -> list[str]:
+def instrumented_distributions(dist: installed.Distribution | None) -> list[str]:
     """The distribution names an adapter distribution declares under its ``instruments`` extra."""
     return [r.name for r in instruments_requirements(dist)]
 
@@ -32,9 +29,8 @@ def instrumented_distributions(dist: metadata.Distribution | None) -> list[str]:
 def top_level_modules(dist_name: str) -> tuple[str, ...]:
     """The top-level modules distribution ``dist_name`` installs (``stable-fast`` -> ``("sfast",)``)."""
     fallback = (dist_name.replace("-", "_").lower(),)
-    try:
-        dist = metadata.distribution(dist_name)
-    except metadata.PackageNotFoundError:
+    dist = installed.distribution(dist_name)
+    if dist is None:
         return fallback
     text = dist.read_text("top_level.txt")
     if text:
@@ -42,8 +38,7 @@ def top_level_modules(dist_name: str) -> tuple[str, ...]:
         if names:
             return names
     found = set()
-    for f in dist.files or ():
-        parts = f.parts
+    for parts in dist.file_parts() or ():
         if len(parts) >= 2 and parts[1] == "__init__.py" and not parts[0].endswith((".dist-info", ".data")):
             found.add(parts[0])
         elif len(parts) == 1 and parts[0].endswith(".py") and not parts[0].startswith("_"):
@@ -51,7 +46,7 @@ def top_level_modules(dist_name: str) -> tuple[str, ...]:
     return tuple(sorted(found)) or fallback
 
 
-def module_groups(dist: metadata.Distribution | None) -> tuple[tuple[str, ...], ...]:
+def module_groups(dist: installed.Distribution | None) -> tuple[tuple[str, ...], ...]:
     """For each instrumented library, the modules any one of which shows it is imported."""
     return tuple(top_level_modules(name) for name in instrumented_distributions(dist))
 

@@ -30,7 +30,7 @@ from typing import Any, ContextManager, Mapping
 
 from overmind.adapter import Uncacheable, collect, hookimpl, label, owns, resolve_roots, uncacheable, warn
 
-from . import dispatch, dynamic_modules, hub
+from . import dispatch, hub
 
 
 class HubAdapter:
@@ -98,6 +98,8 @@ class HubAdapter:
     @hookimpl
     def overmind_entry_metadata(self, result: Any, loader: Any) -> Mapping[str, Any] | None:
         """The dynamic modules (remote code) the result's classes come from, with their source."""
+        from . import dynamic_modules  # late: its importlib.abc costs activate() 5 ms
+
         prefix = self._plugin.DYNAMIC_MODULES
         records = dynamic_modules.record(result, (prefix,))
         return {prefix: records} if records else None
@@ -105,4 +107,6 @@ class HubAdapter:
     @hookimpl
     def overmind_before_unpickle(self, metadata: Mapping[str, Any]) -> None:
         """Make the recorded dynamic modules importable in this process."""
+        from . import dynamic_modules
+
         dynamic_modules.register(metadata.get(self._plugin.DYNAMIC_MODULES) or ())

@@ -21,7 +21,6 @@ from typing import Any, Callable, Mapping, Sequence
 import overmind
 
 from . import clear_hooks, flattening
-from .reducers import reducers as _reducers
 
 
 def patch_targets() -> list:
@@ -36,4 +35,6 @@ def overmind_patch_targets() -> Sequence[Any]:
 
 @overmind.hookimpl
 def overmind_reducers() -> Mapping[type, Callable[[Any], Any]]:
-    return _reducers()
+    from .reducers import reducers  # late: activate() imports this plugin, and the reducers need pickle
+
+    return reducers()

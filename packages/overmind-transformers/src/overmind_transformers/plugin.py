@@ -15,7 +15,7 @@ from __future__ import annotations
 from overmind.adapter import Spec, hookimpl
 from overmind_hf.adapter import HubAdapter
 
-from . import tokenizer_reduce, values
+from . import values
 from .arguments import normalise
 
 ADAPTER = "transformers"
@@ -49,4 +49,6 @@ overmind_before_unpickle = _hub.overmind_before_unpickle
 @hookimpl
 def overmind_reducers():
     """Fast tokenizers rebuild from their backend's parts (see :mod:`.tokenizer_reduce`)."""
+    from . import tokenizer_reduce  # late: activate() imports this plugin, and the reducers need json
+
     return tokenizer_reduce.reducers()

@@ -1,0 +1,37 @@
+"""``import overmind; overmind.activate()`` stays cheap (issue 12): a fresh process with every shipped adapter
+installed imports none of the modules that made it slow. Not timed (benchmarks/activate.py times it): a module
+list, so that a slow import cannot creep back unnoticed."""
+from __future__ import annotations
+
+from _support import without_test_plugins
+from overmind.testing import run_fresh
+
+# What activation used to import, and what its heavier neighbours would bring in: each costs milliseconds. The
+# version checks read the adapters' metadata themselves (overmind.installed, overmind.requirements); the rest
+# is imported by the load path, at the first load.
+SLOW = (
+    "packaging",            # requirement and version parsing: overmind.requirements does the plain shapes
+    "importlib.metadata",   # with email, zipfile, csv: overmind.installed reads the dist-info folders
+    "email", "zipfile", "csv", "tempfile",
+    "importlib.abc", "importlib.resources",  # a post-import hook needs no ABC (overmind.importwatch)
+    "json", "pickle", "hashlib", "ctypes",   # the adapters' reducers and key hooks, imported when they run
+    "overmind.key", "overmind.canon", "overmind.api", "overmind.client", "overmind.pickling",
+)
+HEAVY = ("torch", "numpy", "transformers", "diffusers", "bitsandbytes", "safetensors", "huggingface_hub",
+         "accelerate", "sfast", "tokenizers", "sentence_transformers", "PIL", "scipy")
+
+
+def test_activate_in_a_fresh_process_imports_none_of_the_slow_modules():
+    out = run_fresh('''
+        import sys
+        before = set(sys.modules)
+        import overmind
+        names = overmind.activate()
+        new = sorted(set(sys.modules) - before)
+        from overmind.testing import report
+        report({"names": sorted(names), "new": new})
+    ''', env={"PYTHONPATH": without_test_plugins().get("PYTHONPATH", "")})  # a user's view: no test-only adapter
+    assert {"bnb", "diffusers", "sfast", "transformers"} <= set(out["names"]), out["names"]
+    slow = [m for m in out["new"] if m in SLOW or m.split(".")[0] in SLOW or m.split(".")[0] in HEAVY]
+    assert not slow, (f"activate() now imports {slow}: import them late (inside the function that needs them), "
+                      f"see benchmarks/activate.py for what each costs")
