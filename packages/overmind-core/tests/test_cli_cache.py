@@ -170,7 +170,7 @@ def test_a_closed_pipe_ends_quietly(cache):
 
 def test_version_exit_codes_and_no_server(overmind_runtime):
     assert om("--version").stdout.strip() == f"overmind {overmind.__version__}"
-    assert set(EXIT_CODES) == {0, 1, 2, 130, 141}
+    assert set(EXIT_CODES) == {0, 1, 2, 3, 130, 141}  # 3: serve, another server serves (test_cli_json_serve_run)
     assert "exit status: 0 done; 1 failed" in " ".join(om("--help").stdout.split())
     assert "no server is running" in om("ls", rc=1).stderr
     assert "no server is running" in om("evict", "abc", rc=1).stderr

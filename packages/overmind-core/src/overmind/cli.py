@@ -1,8 +1,11 @@
 """The ``overmind`` command: ``serve | status | ls | evict PREFIX...|--all | stop | doctor | run``.
 
 Inspection commands never start a server: ``status`` and ``ls`` on a machine where none runs say so. Every
-command but ``serve`` and ``run`` takes ``--json``. The module imports only the standard library and the
-light parts of overmind (no torch) until ``doctor`` checks the zero-copy implementation.
+command takes ``--json``: ``serve --json`` prints one JSON line per event on stdout (``listening``,
+``template``, ``exited``: :func:`cmd_serve`); ``run --json`` writes one JSON line on stderr once the program
+ended (its stdout is the program's: ``overmind.runner.commands.run_report``). The module imports only the
+standard library and the light parts of overmind (no torch) until ``doctor`` checks the zero-copy
+implementation.
 
     $ overmind status
     server    pid 4121, up 2h 03m, overmind 0.1.0, protocol 2
@@ -12,8 +15,10 @@ light parts of overmind (no torch) until ``doctor`` checks the zero-copy impleme
     clients   2 connected, 0 loading, 0 waiting
 
 Exit status (``EXIT_CODES``): 0 done; 1 failed (no server running for status/ls/evict, a prefix that names
-no entry or several, an entry refused, a doctor check failed, any Overmind error); 2 usage error; 130
-interrupted (Ctrl-C); 141 the output was closed early (``overmind ls --json | head``: no traceback).
+no entry or several, an entry refused, a doctor check failed, any Overmind error); 2 usage error (``serve``:
+also a bad setting); 3 ``serve``: a server already serves this runtime directory; 130 interrupted (Ctrl-C);
+141 the output was closed early (``overmind ls --json | head``: no traceback). ``run`` exits as its program
+did.
 """
 from __future__ import annotations
 
@@ -28,8 +33,8 @@ from . import __version__
 from .errors import OvermindError, ServerUnavailable
 from .humanize import human_bytes, human_duration  # noqa: F401 - also cli.human_bytes for callers
 
-EXIT_CODES = {0: "done", 1: "failed (see the message)", 2: "usage error", 130: "interrupted",
-              141: "output closed early (a pipe's reader exited)"}
+EXIT_CODES = {0: "done", 1: "failed (see the message)", 2: "usage error", 3: "a server already serves (serve)",
+              130: "interrupted", 141: "output closed early (a pipe's reader exited)"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -76,6 +81,8 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the server in the foreground (it normally starts on demand)")
     serve.add_argument("--max-bytes", help="memory budget, e.g. 8G (default: $OVERMIND_MAX_BYTES or half of RAM)")
     serve.add_argument("--no-template", action="store_true", help="do not start the 'overmind run' template")
+    serve.add_argument("--json", action="store_true", help="print one JSON line per event on stdout: listening "
+                       "(pid, socket, runtime dir, log, budget), template (its pid), exited (exit code)")
     serve.set_defaults(func=cmd_serve)
 
     status = sub.add_parser("status", help="show the server's pid, uptime, entries, memory and clients")
@@ -116,7 +123,13 @@ def _parser() -> argparse.ArgumentParser:
 
 # ---- commands ------------------------------------------------------------------------------------------
 def cmd_serve(args: argparse.Namespace) -> int:
-    """Run the server in this process, logging to the terminal as well as the log file."""
+    """Run the server in this process, logging to the terminal (stderr) as well as the log file.
+
+    With ``--json``, stdout carries one JSON object per line, one per event: ``listening`` once this process's
+    server accepts connections (``pid``, ``socket``, ``runtime_dir``, ``log``, ``max_bytes``, ``version``,
+    ``protocol``), ``template`` when the ``overmind run`` template started (``pid``, ``preloaded``; or
+    ``pid`` null and ``error``), and last ``exited`` (``pid``, ``exit_code``: 0 after ``overmind stop``, 3
+    when another server already served the directory, so no ``listening`` came)."""
     from .server.__main__ import main as server_main
 
     argv = ["--foreground"]
@@ -126,8 +139,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         argv += ["--max-bytes", args.max_bytes]
     from .runner.commands import start_template_for_serve
 
-    start_template_for_serve(args)
-    return server_main(argv)
+    announce = _event_printer() if args.json else None
+    if announce is not None:
+        _announce_listening(args.runtime_dir, announce)
+    start_template_for_serve(args, announce)
+    code = server_main(argv)
+    if announce is not None:
+        announce({"event": "exited", "pid": os.getpid(), "exit_code": code})
+    return code
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -232,6 +251,50 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 # ---- helpers -------------------------------------------------------------------------------------------
+def _event_printer() -> Callable[[dict[str, Any]], None]:
+    """``serve --json``'s output: each event one JSON line on stdout, whole lines from any thread."""
+    import threading
+
+    lock = threading.Lock()
+
+    def announce(event: dict[str, Any]) -> None:
+        with lock, contextlib.suppress(OSError, ValueError):  # a closed stdout must not stop the server
+            sys.stdout.write(json.dumps(event, sort_keys=True) + "\n")
+            sys.stdout.flush()
+
+    return announce
+
+
+def _announce_listening(runtime_dir: str | None, announce: Callable[[dict[str, Any]], None]) -> None:
+    """In the background: once this process's server accepts, announce the ``listening`` event (nothing if
+    another process's server answers, or none within a minute)."""
+    import threading
+    import time
+
+    def wait() -> None:
+        from . import runtime
+        from .client import Client
+        from .launcher import accepts
+
+        try:
+            directory = runtime.runtime_dir(runtime_dir)
+            sock = runtime.socket_path(directory)
+            deadline = time.monotonic() + 60
+            while not accepts(sock):
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.02)
+            st = Client(directory, autostart=False).status()
+        except Exception:
+            return
+        if st.get("pid") == os.getpid():
+            announce({"event": "listening", "pid": st["pid"], "socket": sock, "runtime_dir": st.get("runtime_dir"),
+                      "log": st.get("log"), "max_bytes": st.get("max_bytes"), "version": st.get("version"),
+                      "protocol": st.get("protocol")})
+
+    threading.Thread(target=wait, name="overmind-serve-listening", daemon=True).start()
+
+
 def _ask_and_print(args: argparse.Namespace, ask: Callable[[Any], Any], render: Callable[[Any], None]) -> int:
     """Ask the running server (``ask(client)``) and print its answer: as JSON with ``--json``, else with
     ``render``. Exit status 1, after saying so, when no server runs."""

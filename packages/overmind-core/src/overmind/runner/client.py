@@ -212,6 +212,15 @@ def shadowing(first: str | None, top_level) -> str | None:
 
 def relay(conn, pidfd: int, pid: int) -> None:
     """Forward signals to the child until the template reports its end; then end as it did."""
+    status = relay_until_end(conn, pidfd, pid)
+    if status is None:
+        os._exit(1)
+    exit_like(status)
+
+
+def relay_until_end(conn, pidfd: int, pid: int) -> int | None:
+    """Forward signals to the child until the template reports its end; its wait status, or None (after a
+    warning, once the child ended) when the template died first and took the status with it."""
     from . import wire
 
     continued = []
@@ -254,8 +263,7 @@ def relay(conn, pidfd: int, pid: int) -> None:
         poller.register(pidfd, select.POLLIN)
         while not poller.poll():
             pass
-        os._exit(1)
-    exit_like(status)
+    return status
 
 
 def exit_like(status: int) -> None:
