@@ -15,6 +15,7 @@ SLOW = (
     "email", "zipfile", "csv", "tempfile",
     "importlib.abc", "importlib.resources",  # a post-import hook needs no ABC (overmind.importwatch)
     "json", "pickle", "hashlib", "ctypes",   # the adapters' reducers and key hooks, imported when they run
+    "logging",              # with traceback, string, weakref: overmind.lazylog imports it on the first record
     "overmind.key", "overmind.canon", "overmind.api", "overmind.client", "overmind.pickling",
 )
 HEAVY = ("torch", "numpy", "transformers", "diffusers", "bitsandbytes", "safetensors", "huggingface_hub",

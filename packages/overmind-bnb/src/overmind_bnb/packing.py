@@ -36,16 +36,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 import sys
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
+from overmind.lazylog import logger
+
 if TYPE_CHECKING:
     import torch
 
-log = logging.getLogger("overmind.bnb")
+log = logger("overmind.bnb")  # imports logging when it first logs: activate() imports this module
 
 MARKER = "_overmind_bnb_cpu_packed"
 FUNCTION = "_convert_weight_packed_for_cpu"

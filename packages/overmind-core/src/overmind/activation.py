@@ -9,14 +9,14 @@ an :class:`~overmind.adapters.AdapterError` under ``activate(strict=True)``.
 """
 from __future__ import annotations
 
-import logging
 from typing import Callable
 
 from . import adapters, fallback, hooks, importwatch, libraries, patching
 from .adapters import AdapterError, AdapterState
 from .fallback import OvermindWarning
+from .lazylog import logger
 
-log = logging.getLogger("overmind")
+log = logger("overmind")
 
 
 def activate(strict: bool = False) -> list[str]:

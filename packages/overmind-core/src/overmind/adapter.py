@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import logging
 from functools import cache
 from typing import Any, Iterable, NamedTuple
 
 from .errors import OvermindError
 from .errors import Unkeyable as Uncacheable  # key.Unkeyable: importing key costs activation its hashing
 from .hookspecs import hookimpl
+from .lazylog import logger
 from .patching import PatchTarget
 
 __all__ = ["hookimpl", "PatchTarget", "Spec", "resolve", "resolve_roots", "collect", "owns", "label", "warn",
@@ -164,7 +164,7 @@ def _undefined(where: str, attr: str) -> str | None:
     return None
 
 
-_log = logging.getLogger("overmind")
+_log = logger("overmind")
 
 
 def collect(adapter: str, specs: Iterable[Spec]) -> list[PatchTarget]:

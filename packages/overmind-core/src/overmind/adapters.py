@@ -13,7 +13,6 @@ imported at all. An adapter is *live* once its libraries are imported (see :mod:
 """
 from __future__ import annotations
 
-import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,8 +22,9 @@ import pluggy
 from . import hookspecs, installed, libraries
 from .errors import OvermindError
 from .fallback import OvermindWarning
+from .lazylog import logger
 
-log = logging.getLogger("overmind")
+log = logger("overmind")
 GROUP = "overmind.adapters"
 _UNSUPPORTED = ("wrapper", "hookwrapper")  # pluggy impl options; each adapter's hook is called on its own
 

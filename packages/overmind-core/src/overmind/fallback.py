@@ -15,14 +15,14 @@ they do for the library's own warnings.
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 from typing import Iterator
 
 from .errors import OvermindError, ServerError
+from .lazylog import logger
 from .userline import OvermindWarning, warn_at_user_line  # noqa: F401 - re-exported: fallback.OvermindWarning
 
-log = logging.getLogger("overmind")
+log = logger("overmind")  # imports logging when it first logs: activate() imports this module
 _local = threading.local()
 
 
