@@ -25,6 +25,30 @@ os.environ["PYTHONPATH"] = os.pathsep.join([TEST_PLUGINS_DIR, *_rest])
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if not os.path.isdir(os.path.join(TEST_PLUGINS_DIR, "overmind_fixture_adapter")):
-        raise pytest.UsageError(f"the test-only adapters are not installed in {TEST_PLUGINS_DIR}: run scripts/setup "
-                                "(scripts/setup --oldest for .venv-oldest)")
+    stale = _stale_test_plugins()
+    if stale:
+        raise pytest.UsageError(f"the test-only adapters in {TEST_PLUGINS_DIR} are missing or older than their "
+                                f"sources ({stale}): run scripts/setup")
+
+
+def _stale_test_plugins() -> str | None:
+    """The first source of a test-only adapter whose copy in :data:`TEST_PLUGINS_DIR` is missing or differs
+    (scripts/setup copies them: an edit shows only after it runs), or None."""
+    root = os.path.dirname(os.path.abspath(__file__))
+    for project in ("adapter_fixture", "adapter_fixture_future"):
+        src = os.path.join(root, "tests", project, "src")
+        for folder, dirs, files in os.walk(src):
+            dirs[:] = [d for d in dirs if d != "__pycache__" and not d.endswith(".egg-info")]
+            for name in files:
+                if not name.endswith(".py"):
+                    continue
+                source = os.path.join(folder, name)
+                copy = os.path.join(TEST_PLUGINS_DIR, os.path.relpath(source, src))
+                try:
+                    with open(source, "rb") as a, open(copy, "rb") as b:
+                        if a.read() == b.read():
+                            continue
+                except FileNotFoundError:
+                    pass
+                return os.path.relpath(source, root)
+    return None
