@@ -2,7 +2,8 @@
 
 Installed by a scenario process in Overmind mode (``child.start``). Each timer counts only the outermost
 call of its step (a nested load inside a load is not counted twice) and sums over every load in the
-process. Steps nest: ``publish`` contains ``pickle``, ``write_entry``, ``server_publish`` and the final
+process. Steps nest: ``publish`` contains ``pickle``, ``dedup`` (keying, the server's ``blobs`` lookup and the
+byte compares of storages another entry may hold), ``write_entry``, ``server_publish`` and the final
 ``rebuild``; ``rebuild`` contains ``map`` and ``unpickle``. What no step covers in a cold load (its total
 minus ``key``, ``server_get`` and ``publish``) is the library's own loader running inside Overmind.
 ``load`` is an ``overmind.load`` call from its key on (get, the loader on a miss, publish, rebuild);
@@ -27,6 +28,7 @@ STEPS = {
     "server_get": ("overmind.client", "Client.get"),
     "publish": ("overmind.api", "publish"),
     "pickle": ("overmind.pickling", "dumps"),
+    "dedup": ("overmind.dedup", "plan"),
     "write_entry": ("overmind.shm.writer", "write_entry"),
     "server_publish": ("overmind.client", "Client.publish_hit"),
     "rebuild": ("overmind.entry", "decode"),

@@ -38,7 +38,7 @@ import mmap
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import settings
 from .errors import OvermindError
@@ -88,11 +88,14 @@ class Plan:
     written: list[tuple[Any, int]]  # (storage, offset in the data region), as Pickled.storages
     deps: set[str] = field(default_factory=set)
     meta: dict[str, Any] = field(default_factory=dict)
-    # What it cost and found (logged; benchmarks read it): bytes keyed, compared and not written, seconds.
+    # What it cost and found (logged; benchmarks read it): bytes keyed, compared and not written, and seconds
+    # in all, keying and comparing.
     keyed: int = 0
     compared: int = 0
     saved: int = 0
     seconds: float = 0.0
+    key_seconds: float = 0.0
+    compare_seconds: float = 0.0
 
 
 def enabled() -> bool:
@@ -136,20 +139,24 @@ class _Planner:
     def run(self, lookup: Callable[[list[str]], tuple[list, dict[str, int]]]) -> None:
         # (storage, offset, address, nbytes, key) of each storage worth keying.
         keyed = []
+        t0 = time.perf_counter()
         for storage, offset in self.storages:
             n = storage.nbytes()
             if n >= MIN_BYTES and storage.device.type == "cpu":
                 address = storage.data_ptr()
                 keyed.append((storage, offset, address, n, blob_key(address, n)))
                 self.result.keyed += n
+        self.result.key_seconds = time.perf_counter() - t0
         if not keyed:
             self.result.written = self.storages
             return
         keys = list(dict.fromkeys(k[4] for k in keyed))
         candidates, fds = self._ask(lookup, keys)
+        t1 = time.perf_counter()
         try:
             redirects = self._match(keyed, keys, candidates, fds)
         finally:
+            self.result.compare_seconds = time.perf_counter() - t1
             for fd in fds.values():
                 with contextlib.suppress(OSError):
                     os.close(fd)
@@ -328,11 +335,3 @@ class Redirects:
 
         return redirected
 
-
-def summary(plans: Iterable[Plan]) -> dict[str, float]:
-    """Totals over ``plans`` (benchmarks)."""
-    total = {"keyed": 0.0, "compared": 0.0, "saved": 0.0, "seconds": 0.0}
-    for p in plans:
-        for k in total:
-            total[k] += getattr(p, k)
-    return total
