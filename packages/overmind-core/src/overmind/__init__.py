@@ -11,12 +11,13 @@ import torch. The public functions import their machinery on first use.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .cache import CacheInfo, EvictResult
-
 from ._version import __version__
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name): the server imports this
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .cache import CacheInfo, EvictResult
 
 __all__ = ["load", "activate", "deactivate", "cache_info", "evict", "hookimpl", "__version__"]
 
