@@ -8,7 +8,7 @@ vae's weights on every call would cost as much as loading them, so a module or t
   one swapped in from elsewhere), each in its original mapping with its original dtype, shape, stride,
   offset, class, device and ``requires_grad``, and its pages untouched since the mapping was made
   (``/proc/self/pagemap``: a private copy-on-write page means it was written);
-- the same module tree (class and ``training`` flag of every submodule);
+- the same module tree (the same submodule objects, and the class and ``training`` flag of each);
 - for a module with a ``config``, the same config content (as the function the rebuild passed to
   :func:`remember_origin` describes it: the key's own description, so this module imports no key code).
 
@@ -35,34 +35,83 @@ class _Changed(Exception):
 
 def _tensor_row(t: Any) -> tuple:
     s = t.untyped_storage()
-    return (type(t), s.device.type, s.data_ptr(), s.nbytes(), t.dtype, tuple(t.shape), t.stride(),
-            t.storage_offset(), t.requires_grad, t.is_conj(), t.is_neg(), str(t.device))
+    return (type(t), s.data_ptr(), s.nbytes(), t.dtype, t.shape, t.stride(), t.storage_offset(), t.requires_grad,
+            t.is_conj(), t.is_neg(), t.device)
+
+
+# Types of module attributes known not to be tensors (dicts, sets, bools, ints, configs...): a module's __dict__
+# is scanned for tensor attributes with one C-level superset test against this, not an isinstance per value
+# (isinstance against torch.Tensor goes through its metaclass: ~0.2 us a value, 4 ms a pipeline).
+_not_tensor_types: set[type] = set()
+
+
+def _loose_tensors(d: dict, tensor_type: type) -> tuple:
+    """``(name, tensor)`` of the tensors among a module's plain attributes (not parameters or buffers)."""
+    if _not_tensor_types.issuperset(map(type, d.values())):
+        return ()
+    found = []
+    for k, v in d.items():
+        t = type(v)
+        if t in _not_tensor_types:
+            continue
+        if isinstance(v, tensor_type):
+            found.append((k, v))
+        elif type(t) is type and not any("__class__" in vars(b) for b in t.__mro__[:-1]):
+            # a plain class (no metaclass, no __class__ override) answers isinstance by its type alone
+            _not_tensor_types.add(t)
+    return tuple(found)
 
 
 def snapshot(obj: Any, describe_config: Callable[[Any], Any]) -> Any:
     """What :func:`origin_of` compares against later; ``None`` if ``obj`` is not tracked.
 
     A module's snapshot lists, module by module in tree order, the class, ``training``, hook counts, child
-    names, and every parameter, buffer and tensor attribute (by name, object and :func:`_tensor_row`). It
-    reads the module dicts directly: this runs for every module a load returns (~10 us per module).
+    names and objects, and the names and objects of its parameters (with whether ``.grad`` is None), buffers and tensor
+    attributes; then a :func:`_tensor_row` for each of those tensors, in the same order. It reads the module
+    dicts directly: this runs for every module a load returns and again each time the result is passed to
+    another load (~4 us a module).
     ``describe_config(config)`` gives a module's config in comparable form, or raises ``Unkeyable``.
     """
     import torch
 
-    if isinstance(obj, torch.Tensor):
+    tensor_type = torch.Tensor
+    if isinstance(obj, tensor_type):
         return ("tensor", _tensor_row(obj), getattr(obj, "_grad", None) is None, bool(obj.__dict__))
     if not isinstance(obj, torch.nn.Module):
         return None
-    tensor_type = torch.Tensor
-    rows = []
-    for m in obj.modules():
+    modules, tensors = [], []
+    seen: set[int] = set()
+    stack = [obj]
+    while stack:  # pre-order, children in order, each module once: the order of obj.modules()
+        m = stack.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
         d = m.__dict__
-        params = tuple((k, id(v), _tensor_row(v), v.grad is None) for k, v in d["_parameters"].items() if v is not None)
-        buffers = tuple((k, id(v), _tensor_row(v)) for k, v in d["_buffers"].items() if v is not None)
-        loose = tuple((k, id(v), _tensor_row(v)) for k, v in d.items() if isinstance(v, tensor_type))
-        rows.append((type(m), m.training, tuple(d["_modules"]), len(d["_forward_hooks"]),
-                     len(d["_forward_pre_hooks"]), params, buffers, loose))
-    return ("module", tuple(rows), _config_form(obj, describe_config))
+        params, buffers, children = d["_parameters"], d["_buffers"], d["_modules"]
+        prow: list | tuple = ()
+        brow: list | tuple = ()
+        lrow: list | tuple = ()
+        if params:
+            ps = [(k, v) for k, v in params.items() if v is not None]
+            prow = [(k, id(v), v.grad is None) for k, v in ps]
+            tensors += [v for _, v in ps]
+        if buffers:
+            bs = [(k, v) for k, v in buffers.items() if v is not None]
+            brow = [(k, id(v)) for k, v in bs]
+            tensors += [v for _, v in bs]
+        loose = _loose_tensors(d, tensor_type)
+        if loose:
+            lrow = [(k, id(v)) for k, v in loose]
+            tensors += [v for _, v in loose]
+        modules.append((type(m), m.training, tuple(children), tuple(map(id, children.values())),
+                        len(d["_forward_hooks"]), len(d["_forward_pre_hooks"]), prow, brow, lrow))
+        if children:
+            stack.extend(c for c in reversed(children.values()) if c is not None)
+    # One comprehension, no call per tensor: the fields of _tensor_row.
+    rows = [(type(t), (s := t.untyped_storage()).data_ptr(), s.nbytes(), t.dtype, t.shape, t.stride(),
+             t.storage_offset(), t.requires_grad, t.is_conj(), t.is_neg(), t.device) for t in tensors]
+    return ("module", modules, rows, _config_form(obj, describe_config))
 
 
 def _config_form(module: Any, describe_config: Callable[[Any], Any]) -> Any:
@@ -88,11 +137,8 @@ _Unknown = _UnknownType()
 
 def _ranges(shot: Any) -> list[tuple[int, int]]:
     """The (address, nbytes) of every CPU storage a snapshot lists."""
-    if shot[0] == "tensor":
-        rows = [shot[1]]
-    else:
-        rows = [t[2] for module in shot[1] for group in module[5:8] for t in group]
-    return [(row[2], row[3]) for row in rows]  # a storage off the CPU is in no mapping: not pristine
+    rows = [shot[1]] if shot[0] == "tensor" else shot[2]
+    return [(row[1], row[2]) for row in rows]  # a storage off the CPU is in no mapping: not pristine
 
 
 def _still_mapped(shot: Any) -> bool:
