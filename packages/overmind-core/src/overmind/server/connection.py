@@ -225,8 +225,8 @@ class Connection:
             if not isinstance(files, list) or not all(isinstance(f, dict) for f in files):
                 raise BadRequest(f"'files' must be a list of file descriptions, got {files!r}")
             if len(fds) != 1 + len(files):
-                raise BadRequest(f"publish carries one fd (the sealed memfd) and one per file described "
-                                 f"({len(files)}), got {len(fds)}")
+                raise BadRequest(f"publish carries exactly one fd (the sealed memfd)"
+                                 f"{f' and one per file described ({len(files)})' if files else ''}, got {len(fds)}")
             held = _held_blobs(meta)
         except BaseException:
             close_fds(fds)
