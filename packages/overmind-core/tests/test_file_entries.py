@@ -278,22 +278,52 @@ def random_tensors(seed):
     return {"x": torch.randn(N, generator=torch.Generator().manual_seed(seed))}
 
 
+def server_fds(client: Client) -> dict[str, int]:
+    """What the server's fds point at: the checkpoint files and memfds it holds, counted by kind."""
+    pid = client.status()["pid"]
+    counts = {"memfd": 0, "file": 0}
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue
+        if target.startswith("/memfd:overmind"):
+            counts["memfd"] += 1
+        elif target.endswith(".safetensors"):
+            counts["file"] += 1
+    return counts
+
+
 def test_evicting_frees_the_file_entry_with_its_last_referent(overmind_runtime, checkpoint):
     overmind.load(load_checkpoint, checkpoint)
     overmind.load(random_tensors, 7)
     client = Client(autostart=False)
     entries = {e.loader.rsplit(".", 1)[-1]: e for e in cache_info(processes=False).entries}
-    fds = client.status()["fds"]
+    assert server_fds(client) == {"memfd": 2, "file": 1}
     assert overmind.evict(entries["random_tensors"].key).evicted == [entries["random_tensors"].key]
     info = cache_info(processes=False)
     assert [e.key for e in info.entries] == [entries["load_checkpoint"].key] and len(info.files) == 1
-    assert client.status()["fds"] == fds - 1
+    assert server_fds(client) == {"memfd": 1, "file": 1}
     assert_same(overmind.load(load_checkpoint, checkpoint), load_checkpoint(checkpoint))  # still a hit
     assert len(recorded_calls(CALLS)) == 2
     overmind.evict(entries["load_checkpoint"].key)
     info = cache_info(processes=False)
     assert info.entries == () and info.files == () and info.status["file_bytes"] == 0
-    assert client.status()["fds"] == fds - 3, "the entry's memfd and the file's fd are closed"
+    assert server_fds(client) == {"memfd": 0, "file": 0}, "the entry's memfd and the file's fd are closed"
+
+
+@pytest.mark.parametrize("how", ["evict all", "marked bad"])
+def test_every_way_out_of_the_cache_closes_the_file(overmind_runtime, checkpoint, how):
+    overmind.load(load_checkpoint, checkpoint)
+    client = Client(autostart=False)
+    (entry,) = cache_info(processes=False).entries
+    assert server_fds(client) == {"memfd": 1, "file": 1}
+    if how == "evict all":
+        assert client.evict(all=True)["evicted"] == [entry.key]
+    else:
+        assert client.mark_bad(entry.key, entry.entry_id)
+    assert client.ls_all() == {"entries": [], "files": []}
+    assert server_fds(client) == {"memfd": 0, "file": 0}
 
 
 # ---- a file-backed hit passed on (``vae=vae``) ------------------------------------------------------------
