@@ -12,16 +12,18 @@ before anything is written:
    the sampled one costs microseconds per storage and the compare below is what decides;
 2. one ``blobs`` request asks the server which entries hold bytes of those keys (:mod:`.server.blobs`; it sends
    each such entry's fd);
-3. each candidate is **compared byte for byte** (``memcmp``, 13 GiB/s here; bytes that differ usually differ in
-   the first cache line) with the storage; equal bytes, and only those, become a *redirect*: the storage is not
-   written (the memfd keeps a hole there, which tmpfs backs with no page) and the entry that holds the bytes
-   becomes a dependency of the new one (so it lives as long as the new entry does). Two storages of one entry
-   with equal bytes share the first one's bytes the same way.
+3. each candidate is **compared byte for byte** with the storage (``memcmp`` over a fresh private mapping of
+   the holder: 3.6 GiB/s here, page faults included, against 2.4 GiB/s for writing the bytes; bytes that
+   differ usually differ in the first cache line). Equal bytes, and only those, become a *redirect*: the
+   storage is not written (the memfd keeps a hole there, which tmpfs backs with no page) and the entry that
+   holds the bytes becomes a dependency of the new one (so it lives as long as the new entry does). Two
+   storages of one entry with equal bytes share the first one's bytes the same way.
 
 The redirect table travels in the entry's meta (``meta["dedup"]``); :class:`Redirects` answers a rebuild's
-storages from it. Each redirect gets a mapping of its own target entry: copy-on-write is per mapping, so two
-storages that were distinct in the plain result stay distinct (a write to one never shows in the other), and
-a rebuilt object never shares a mapping with another object built from the target entry. The blob keys of the
+storages from it, through mappings of the holders made for this rebuild: one per holder, and one more for each
+further storage sharing the same bytes. Copy-on-write is per mapping, so two storages that were distinct in the
+plain result stay distinct (a write to one never shows in the other), and a rebuilt object never shares a
+mapping with another object built from the holder. The blob keys of the
 storages an entry really holds go to the server with the publish (``meta["blobs"]``, moved into the index).
 ``OVERMIND_DEDUP=0`` turns it off.
 
