@@ -2,9 +2,10 @@
 
 Storages become persistent ids (as in ``torch.save``): ``("storage", where, offset, nbytes, dtype,
 device)``. ``where`` is ``None`` for bytes this entry holds, or the entry_id of an earlier entry whose
-mapping already holds them (referenced, not copied). Tensors, ``nn.Parameter`` and tensor subclasses go
-through torch's own reduce, so dtype, shape, strides, offset, ``requires_grad`` and type survive, and views
-of one storage still share one storage.
+mapping already holds them (referenced, not copied); their ``dtype`` is ``None`` for a plain tensor's storage
+(:mod:`.tensors`' reduce, which rebuilds from the ``UntypedStorage`` itself). Plain tensors and ``nn.Parameter``
+take that cheaper reduce, other tensors and subclasses torch's own; either way dtype, shape, strides, offset,
+``requires_grad`` and type survive, and views of one storage still share one storage.
 
 Objects the call was given (``vae=vae``) become ``("arg", path, type)`` persistent ids and are the
 caller's objects again on rebuild (see :mod:`.arguments_ref`). Open files, sockets, threads, locks and the
@@ -28,6 +29,7 @@ import torch
 from . import arguments_ref, deepstack, resources
 from .errors import OvermindError
 from .shm.placer import Placer
+from .tensors import UntypedStorageArg
 
 _MISSING = object()
 
@@ -60,10 +62,12 @@ class _StorageTable:
         # Called for every object pickled: two dict lookups in the common case.
         if id(obj) in self._argument_ids:
             return self.arguments.reference(obj)  # type: ignore[union-attr]  # ids only come with arguments
-        refused = self._refused.get(type(obj))
-        if refused or (refused is None and resources.is_refused(type(obj))):
+        if type(obj) is UntypedStorageArg:
+            # A plain tensor's storage (tensors.reduce_tensor): comes back as the UntypedStorage itself.
+            untyped, dtype = obj.storage, None
+        elif (refused := self._refused.get(type(obj))) or (refused is None and resources.is_refused(type(obj))):
             raise _Refused(obj)
-        if isinstance(obj, torch.UntypedStorage):
+        elif isinstance(obj, torch.UntypedStorage):
             # Comes back as TypedStorage(uint8), as from torch.load: tensor rebuilds (_rebuild_tensor_v3)
             # expect that wrapper.
             untyped, dtype = obj, torch.uint8
@@ -222,6 +226,17 @@ class _StorageLoader:
         self._arguments = arguments
 
     def __call__(self, pid):
+        # Called once per storage of the entry (~1,800 for a pipeline): the common kind first.
+        if pid[0] == "storage":
+            _, where, offset, nbytes, dtype, device = pid
+            ident = (where, offset, nbytes, device)
+            untyped = self._built.get(ident)
+            if untyped is None:
+                untyped = self._source(where, offset, nbytes)
+                if device is not None:
+                    untyped = torch.empty(0, dtype=torch.uint8).set_(untyped).to(device).untyped_storage()
+                self._built[ident] = untyped
+            return untyped if dtype is None else _wrap(untyped, dtype)
         kind = pid[0]
         if kind == "arg":
             _, path, type_name = pid
@@ -229,17 +244,7 @@ class _StorageLoader:
         if kind == "meta":
             _, nbytes, dtype = pid
             return _wrap(torch.UntypedStorage(nbytes, device="meta"), dtype)
-        if kind != "storage":
-            raise pickle.UnpicklingError(f"unknown persistent id {kind!r} (entry written by another Overmind?)")
-        _, where, offset, nbytes, dtype, device = pid
-        ident = (where, offset, nbytes, device)
-        untyped = self._built.get(ident)
-        if untyped is None:
-            untyped = self._source(where, offset, nbytes)
-            if device is not None:
-                untyped = torch.empty(0, dtype=torch.uint8).set_(untyped).to(device).untyped_storage()
-            self._built[ident] = untyped
-        return _wrap(untyped, dtype)
+        raise pickle.UnpicklingError(f"unknown persistent id {kind!r} (entry written by another Overmind?)")
 
 
 def _wrap(untyped: torch.UntypedStorage, dtype):
