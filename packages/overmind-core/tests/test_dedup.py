@@ -299,3 +299,15 @@ def test_server_refuses_malformed_blob_requests(overmind_runtime):
         client._request({"op": "blobs", "keys": ["not a key"]})
     assert info.value.reason == "bad request"
     assert client.blobs(["123:" + "0" * 32]) == ([], {})
+
+
+def test_only_the_largest_storages_are_keyed_past_the_cap(overmind_runtime, monkeypatch):
+    """The blob list and redirect table ride in a request of at most 1 MiB: past MAX_KEYED storages, the largest
+    are keyed and the rest written."""
+    monkeypatch.setattr(dedup, "MAX_KEYED", 2)
+    overmind.load(build_one_way, 0)
+    assert get_client().status()["blobs"] == 2
+    got = overmind.load(build_other_way, 0)
+    b = _entry("build_other_way")
+    assert len(b["meta"]["dedup"]["redirects"]) == 2 and LAYER <= b["nbytes"] < LAYER + LAYER / 2
+    assert _same_values(got, _net(0))

@@ -57,6 +57,9 @@ CHUNK = 4096
 SAMPLES = 16
 _SELF = -1  # a redirect target index meaning "this entry"
 _BATCH = 8192  # keys per blobs request (server.blobs.MAX_KEYS)
+# At most this many storages (the largest) are keyed: the publish's blob list and redirect table ride in a
+# request of at most 1 MiB (server/limits.py), and a result with more large storages is rare.
+MAX_KEYED = 4096
 
 
 def blob_key(address: int, nbytes: int) -> str:
@@ -139,15 +142,16 @@ class _Planner:
         self.result = Plan([])
 
     def run(self, lookup: Callable[[list[str]], tuple[list, dict[str, int]]]) -> None:
+        t0 = time.perf_counter()
+        worth = [(s, o, s.nbytes()) for s, o in self.storages if s.device.type == "cpu" and s.nbytes() >= MIN_BYTES]
+        if len(worth) > MAX_KEYED:
+            worth = sorted(sorted(worth, key=lambda w: -w[2])[:MAX_KEYED], key=lambda w: w[1])
         # (storage, offset, address, nbytes, key) of each storage worth keying.
         keyed = []
-        t0 = time.perf_counter()
-        for storage, offset in self.storages:
-            n = storage.nbytes()
-            if n >= MIN_BYTES and storage.device.type == "cpu":
-                address = storage.data_ptr()
-                keyed.append((storage, offset, address, n, blob_key(address, n)))
-                self.result.keyed += n
+        for storage, offset, n in worth:
+            address = storage.data_ptr()
+            keyed.append((storage, offset, address, n, blob_key(address, n)))
+            self.result.keyed += n
         self.result.key_seconds = time.perf_counter() - t0
         if not keyed:
             self.result.written = self.storages
