@@ -110,3 +110,63 @@ def test_a_tensor_snapshot_sees_its_changes():
 
 def test_other_objects_are_not_tracked():
     assert provenance.snapshot({"a": torch.zeros(1)}, no_config) is None
+
+
+class FrozenConfig(dict):
+    """Like diffusers' FrozenDict: items mirrored as attributes."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+
+CONFIG_CHANGES = {
+    "list value grown in place": lambda c: c["blocks"].append(4),
+    "int became float": lambda c: dict.__setitem__(c, "scale", 1.0),
+    "int became bool": lambda c: dict.__setitem__(c, "scale", True),
+    "attribute changed": lambda c: setattr(c, "scale", 2),
+    "key added": lambda c: dict.__setitem__(c, "extra", None),
+    "nested dict edited": lambda c: c["nested"].update(k="w"),
+}
+
+
+@pytest.mark.parametrize("what", list(CONFIG_CHANGES))
+def test_a_config_changed_in_place_shows(what):
+    m = make()
+    m.config = FrozenConfig(blocks=[1, 2], scale=1, name="vae", nested={"k": "v"})
+
+    def describe(config):
+        raise AssertionError("a plain config is compared by its exact form, not described")
+
+    before = provenance.snapshot(m, describe)
+    assert provenance.snapshot(m, describe) == before
+    CONFIG_CHANGES[what](m.config)
+    assert provenance.snapshot(m, describe) != before, what
+
+
+def test_a_config_with_other_values_is_described():
+    m = make()
+    m.config = FrozenConfig(dtype=torch.float16, blocks=[1])  # a torch.dtype: not plain
+    described = []
+
+    def describe(config):
+        described.append(config)
+        return repr(sorted(config.items(), key=str))
+
+    before = provenance.snapshot(m, describe)
+    assert described and provenance.snapshot(m, describe) == before
+    m.config["blocks"].append(2)
+    assert provenance.snapshot(m, describe) != before
+
+
+def test_an_undescribable_config_never_matches():
+    from overmind.errors import Unkeyable
+
+    m = make()
+    m.config = object()
+
+    def describe(config):
+        raise Unkeyable("no")
+
+    assert provenance.snapshot(m, describe) != provenance.snapshot(m, describe)

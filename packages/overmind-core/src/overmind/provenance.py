@@ -18,7 +18,9 @@ tracked; any other result (a tokenizer, a pipeline) is keyed by its content ever
 """
 from __future__ import annotations
 
+import collections
 import functools
+import marshal
 import threading
 import weakref
 from typing import Any, Callable
@@ -118,10 +120,42 @@ def _config_form(module: Any, describe_config: Callable[[Any], Any]) -> Any:
     config = getattr(module, "config", None)
     if config is None:
         return None
+    exact = _exact_config_form(config)
+    if exact is not None:
+        return exact
     try:
-        return describe_config(config)
+        return ("described", describe_config(config))
     except Unkeyable:
-        return _Unknown  # compared by identity below: an undescribable config never matches
+        # A new object each time: sequences compare their items by identity first, so one shared marker would
+        # make two snapshots of an undescribable config equal; two of these never are (see __eq__).
+        return _UnknownType()
+
+
+_plain_dict_types: dict[type, bool] = {}
+
+
+def _exact_config_form(config: Any) -> tuple | None:
+    """A diffusers-style config (a dict, or a dict subclass without slots, whose items and attributes are all
+    of exact builtin types) as ``marshal`` version 0 writes it, else ``None``.
+
+    marshal refuses any other type (subclasses included), and version 0 writes no references and no interning
+    marks, so two such configs give equal bytes exactly when their content is equal, value types included
+    (``1``, ``1.0`` and ``True`` differ). That is all the comparison needs, at ~5 us a config instead of
+    ~0.7 ms for ``describe_config`` (the key's canonical form, which also fingerprints the files its paths
+    name: a file changed on disk does not change the module, so it need not be looked at here).
+    """
+    t = type(config)
+    plain = _plain_dict_types.get(t)
+    if plain is None:
+        plain = _plain_dict_types[t] = isinstance(config, dict) and not any(
+            "__slots__" in vars(b) for b in t.__mro__ if b not in (dict, collections.OrderedDict, object))
+    if not plain:
+        return None
+    try:
+        attrs = marshal.dumps(dict(vars(config)), 0) if t is not dict else b""
+        return ("exact", t, marshal.dumps(dict(config), 0), attrs)
+    except (ValueError, TypeError):  # a value marshal does not write: not a plain config
+        return None
 
 
 class _UnknownType:
@@ -131,8 +165,6 @@ class _UnknownType:
     def __repr__(self):
         return "<config not describable>"
 
-
-_Unknown = _UnknownType()
 
 
 def _ranges(shot: Any) -> list[tuple[int, int]]:
