@@ -46,6 +46,10 @@ for p in list(model.parameters())[:1]:
         lo, hi = (int(x, 16) for x in span.split("-"))
         if lo <= p.data_ptr() < hi:
             where = name
+    # A checkpoint loaded without conversion is referenced where it lies (a file entry), not copied into a memfd.
+    from overmind.shm import mappings
+    if mappings.contains(p.data_ptr()) and not where.startswith("/memfd:"):
+        where += " (Overmind file entry)"
 print(json.dumps({"pid": os.getpid(), "load_s": t2 - t1, "imports_s": t1 - t0, "where": where,
                   "embedding": emb[0, :4].tolist(), "adapters": sorted(active)}))
 '''

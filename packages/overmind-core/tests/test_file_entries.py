@@ -343,6 +343,27 @@ def test_a_storage_of_a_file_backed_hit_is_placed_in_its_file_entry(checkpoint):
     assert written.place(storage) == (None, 0) and not written.deps
 
 
+def test_an_entry_without_data_next_to_a_file_mapping_leaves_it_registered(checkpoint):
+    """A skeleton-only entry mapped right below a file entry's mapping: its empty data region starts where the
+    file's data starts (seen with a tokenizer's entry next to its model's checkpoint)."""
+    fd = os.open(checkpoint, os.O_RDONLY)
+    try:
+        m = FileMapping(file_entry_id(file_identity(os.fstat(fd))), fd)
+    finally:
+        os.close(fd)
+    storage = m.storage(0, 4096)
+
+    class Empty:  # what mappings.register reads of an entry mapping
+        entry_id, mm = "skeleton-only", mmap.mmap(-1, 4096)
+        address = m.address - 4096
+        data_address = m.address
+
+    empty = Empty()
+    mappings.register(empty)
+    assert mappings.locate(storage.data_ptr(), 4096) == (m.entry_id, 0)
+    del empty
+
+
 def test_detection_needs_a_clean_private_mapping_of_the_file(checkpoint, tmp_path):
     import ctypes
 

@@ -34,6 +34,10 @@ def register(m: EntryMapping | FileMapping) -> None:
     """Record ``m``'s data region (a file entry's: the whole file, offsets in the file) until its mmap is freed
     (the storages over it keep the mmap alive, possibly long after the mapping object itself is gone)."""
     start, end, token = m.data_address, m.address + len(m.mm), object()
+    if end <= start:
+        # No data (a skeleton-only entry): nothing to locate, and its empty region would start where the next
+        # mapping starts, which for a file entry (data at offset 0) is that entry's own key here.
+        return
     with _lock:
         if start not in _spans:
             bisect.insort(_starts, start)
