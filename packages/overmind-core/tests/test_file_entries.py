@@ -142,6 +142,10 @@ def test_a_hit_references_the_checkpoint_file_and_holds_no_copy_of_its_bytes(ove
     assert info.status["files"] == 1 and info.status["file_bytes"] == size
     assert info.status["bytes"] == entry.nbytes, "file bytes are page cache, not counted in the budget"
     assert entry.to_json()["file_nbytes"] == size and info.to_json()["file_bytes"] == size
+    from overmind.listing import render
+
+    total = render(info.entries, width=200)[-1]
+    assert total.startswith("1 entries, ") and "in 1 checkpoint file referenced (page cache)" in total, total
 
 
 def test_in_place_writes_to_a_hit_stay_private(overmind_runtime, checkpoint):
