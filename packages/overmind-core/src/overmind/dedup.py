@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import settings
 from .errors import OvermindError
+from .shm.layout import STORAGE_ALIGN
 
 if TYPE_CHECKING:
     import torch
@@ -200,12 +201,16 @@ class _Planner:
                 reps = seen.setdefault(key, [])
                 place = None
                 for rep_address, where, rep_offset in reps:
+                    if rep_offset % STORAGE_ALIGN != offset % STORAGE_ALIGN:
+                        continue  # shared bytes keep this storage's alignment (see shm/placer.py), or are written
                     self.result.compared += n
                     if same_bytes(address, rep_address, n):
                         place = (where, rep_offset)
                         break
                 if place is None and not reps:
                     for eid, there in candidates.get(key, ()):
+                        if there % STORAGE_ALIGN != offset % STORAGE_ALIGN:
+                            continue
                         target = views.address(eid, there, n)
                         if target is None:
                             continue

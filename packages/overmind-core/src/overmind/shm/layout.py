@@ -3,7 +3,8 @@
 ```
 0            header: magic, skeleton offset/length, data offset/length (little-endian u64)
 64           the skeleton: the pickle of the object graph, storages left out
-data_offset  page aligned; the storages, each at a 64-byte aligned offset relative to data_offset
+data_offset  page aligned; the storages, each at an offset relative to data_offset that is congruent to the
+             storage's own address modulo 64 (STORAGE_ALIGN): a copy is aligned as the loader's storage was
 ```
 """
 from __future__ import annotations

@@ -58,7 +58,11 @@ class Placer:
             if found is not None:
                 self.deps.add(found.file_id)
                 return (found.file_id, found.offset)
-        offset = align(self.data_len, STORAGE_ALIGN)
+        # The copy keeps the storage's address modulo STORAGE_ALIGN (the data region is page aligned): CPU kernels
+        # round differently on differently aligned data, so a copy aligned unlike the plain load's storage (a view
+        # into a safetensors mapping is aligned only to its element size) would compute different last bits.
+        skew = untyped.data_ptr() % STORAGE_ALIGN if device.type == "cpu" else 0
+        offset = align(self.data_len, STORAGE_ALIGN) + skew
         self.data_len = offset + nbytes
         self.storages.append((untyped, offset))
         return (None, offset)
