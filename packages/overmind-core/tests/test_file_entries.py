@@ -432,3 +432,17 @@ def test_fresh_processes_match_the_plain_call(overmind_runtime, checkpoint, edit
     assert [name for name, v in second.items() if v[3] == checkpoint] == referenced
     entry, _ = only_entry()
     assert entry.hits == 1 and [f.path for f in entry.files] == [checkpoint]
+
+
+def test_overmind_status_names_the_referenced_checkpoint_bytes(overmind_runtime, checkpoint):
+    import subprocess
+    import sys
+
+    overmind.load(load_checkpoint, checkpoint)
+    out = subprocess.run([sys.executable, "-m", "overmind", "status"], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "OVERMIND_RUNTIME_DIR": overmind_runtime})
+    assert out.returncode == 0, out.stderr
+    (line,) = [line for line in out.stdout.splitlines() if line.split()[:1] == ["files"]]
+    assert "1 checkpoint file(s) referenced" in line and "outside the budget" in line
+    memory = next(line for line in out.stdout.splitlines() if line.split()[:1] == ["memory"])
+    assert "used of" in memory

@@ -181,6 +181,9 @@ def _print_status(st: dict[str, Any]) -> None:
                    f"protocol {st['protocol']}"),
         ("entries", str(st["entries"])),
         ("memory", f"{human_bytes(st['bytes'])} used of {human_bytes(st['max_bytes'])} budget{share}"),
+        # Referenced checkpoint files are page cache, outside the budget (docs/architecture.md, file entries).
+        *([("files", f"{st['files']} checkpoint file(s) referenced, {human_bytes(st.get('file_bytes', 0))} "
+                     f"(page cache, outside the budget)")] if st.get("files") else []),
         *([("hits", f"{st['hits']} of {st['gets']} gets ({_percent(st['hits'], st['gets'])}), "
                     f"{human_bytes(st.get('bytes_served', 0))} served; {st.get('publishes', 0)} published, "
                     f"{st.get('evictions', 0)} evicted")] if "gets" in st else []),
