@@ -54,10 +54,12 @@ class Harness:
             shutil.rmtree(path, ignore_errors=True)
 
     def _env(self, mode: str, runtime_dir: str | None, extra: dict | None) -> dict:
-        # The dev venv also holds the test suite's fixture adapters (tests/adapter_fixture); no user has them.
-        disabled = os.environ.get("OVERMIND_DISABLED_ADAPTERS", "fixture,fixture_broken")
+        # The test suite's fixture adapters live in .test-plugins, on the test processes' path only: the venv holds
+        # the adapters a user has. Bytecode is written and used as in a user's process (this workplace's shells set
+        # PYTHONDONTWRITEBYTECODE, which recompiles every module in every process).
         env = {**os.environ, "BENCH_MODE": mode, "BENCH_VIA": self.via, "HF_HUB_OFFLINE": "1",
-               "PYTHONUNBUFFERED": "1", "OVERMIND_DISABLED_ADAPTERS": disabled, **(extra or {})}
+               "PYTHONUNBUFFERED": "1", **(extra or {})}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         if runtime_dir:
             env["OVERMIND_RUNTIME_DIR"] = runtime_dir
         else:
