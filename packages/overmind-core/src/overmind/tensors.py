@@ -70,17 +70,8 @@ def rebuild_from_untyped(untyped: torch.UntypedStorage, dtype: torch.dtype, offs
 def rebuild_tensor(storage, offset: int, size: tuple, stride: tuple, requires_grad: bool, is_parameter: bool,
                    state: dict | None, grad: torch.Tensor | None = None) -> torch.Tensor:
     """The rebuild of entries written before :func:`rebuild_from_untyped` (a server may still hold some)."""
-    untyped = storage._untyped_storage
-    t = torch.empty((0,), dtype=storage.dtype, device=untyped.device).set_(untyped, offset, size, stride)
-    if is_parameter:
-        t = torch.nn.Parameter(t, requires_grad=requires_grad)
-    elif requires_grad:
-        t.requires_grad_(True)
-    if state:
-        t.__dict__.update(state)
-    if grad is not None:
-        t.grad = grad
-    return t
+    return rebuild_from_untyped(storage._untyped_storage, storage.dtype, offset, size, stride, requires_grad,
+                                is_parameter, state, grad)
 
 
 def _reduce_keeping_grad(t: torch.Tensor, grad: torch.Tensor) -> tuple:

@@ -22,6 +22,15 @@ from .fdless import map_private
 from .layout import Layout
 
 
+def _map(fd: int, size: int):
+    """A private mapping of ``size`` bytes of ``fd``: ``(mmap, its address, a memoryview of it)``."""
+    mm = map_private(fd, size)
+    probe = ctypes.c_char.from_buffer(mm)
+    address = ctypes.addressof(probe)
+    del probe
+    return mm, address, memoryview(mm)
+
+
 class EntryMapping:
     """One private mapping of one entry's memfd; it holds no fd (the caller closes ``fd`` when done)."""
 
@@ -30,12 +39,8 @@ class EntryMapping:
     def __init__(self, entry_id: str, fd: int):
         size = os.fstat(fd).st_size
         self.entry_id = entry_id
-        self.mm = map_private(fd, size)
+        self.mm, self.address, self._view = _map(fd, size)
         self.layout = Layout.unpack(self.mm, size)
-        probe = ctypes.c_char.from_buffer(self.mm)
-        self.address = ctypes.addressof(probe)
-        del probe
-        self._view = memoryview(self.mm)
         mappings.register(self)
 
     @property
@@ -65,11 +70,7 @@ class FileMapping:
         self.size = os.fstat(fd).st_size
         if self.size <= 0:
             raise ValueError(f"file entry {entry_id} is an empty file (truncated since it was published?)")
-        self.mm = map_private(fd, self.size)
-        probe = ctypes.c_char.from_buffer(self.mm)
-        self.address = ctypes.addressof(probe)
-        del probe
-        self._view = memoryview(self.mm)
+        self.mm, self.address, self._view = _map(fd, self.size)
         mappings.register(self)
 
     @property
