@@ -272,21 +272,17 @@ def _announce_listening(runtime_dir: str | None, announce: Callable[[dict[str, A
     """In the background: once this process's server accepts, announce the ``listening`` event (nothing if
     another process's server answers, or none within a minute)."""
     import threading
-    import time
 
     def wait() -> None:
         from . import runtime
         from .client import Client
-        from .launcher import accepts
+        from .launcher import wait_accepting
 
         try:
             directory = runtime.runtime_dir(runtime_dir)
             sock = runtime.socket_path(directory)
-            deadline = time.monotonic() + 60
-            while not accepts(sock):
-                if time.monotonic() > deadline:
-                    return
-                time.sleep(0.02)
+            if not wait_accepting(sock, 60, poll=0.02):
+                return
             st = Client(directory, autostart=False).status()
         except Exception:
             return

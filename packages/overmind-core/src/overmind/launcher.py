@@ -49,6 +49,16 @@ def accepts(path: str) -> bool:
         probe.close()
 
 
+def wait_accepting(path: str, timeout: float, poll: float = _POLL_S) -> bool:
+    """Wait until a server listens on ``path`` (see :func:`accepts`); False if none does within ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not accepts(path):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll)
+    return True
+
+
 def ensure_server(runtime_dir: str | None = None, timeout: float | None = None) -> str:
     """Return the socket path of a running server for ``runtime_dir``, spawning one if none accepts.
 

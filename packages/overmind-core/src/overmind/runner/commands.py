@@ -193,17 +193,14 @@ def start_template_for_serve(args: argparse.Namespace,
     def start() -> None:
         from .. import runtime
         from ..client import Client
-        from ..launcher import accepts
+        from ..launcher import wait_accepting
         from . import envkey, preload, registry
 
         try:
             directory = runtime.runtime_dir(args.runtime_dir)
             sock = runtime.socket_path(directory)
-            deadline = time.monotonic() + 30
-            while not accepts(sock):
-                if time.monotonic() > deadline:
-                    return
-                time.sleep(0.05)
+            if not wait_accepting(sock, 30, poll=0.05):
+                return
             if Client(directory, autostart=False).status().get("pid") != os.getpid():
                 return
             environ = dict(os.environ)
