@@ -24,7 +24,7 @@ from overmind.protocol import file_entry_id, file_identity
 from overmind.shm import filemaps, mappings, writer
 from overmind.shm.placer import Placer
 from overmind.shm.reader import FileMapping
-from overmind.testing import clear_calls, record_call, recorded_calls, run_fresh
+from overmind.testing import clear_calls, mapped_path, record_call, recorded_calls, run_fresh
 
 CALLS = "file-entries"
 N = 65536  # floats per tensor: 256 KiB each, far above an entry's skeleton
@@ -88,13 +88,10 @@ def load_from_env():
 
 def mapped_file(ptr: int) -> str:
     """What the mapping holding ``ptr`` maps: a path, ``/memfd:...``, or "" (anonymous)."""
-    with open("/proc/self/maps") as f:
-        for line in f:
-            fields = line.split(None, 5)
-            lo, hi = (int(x, 16) for x in fields[0].split("-"))
-            if lo <= ptr < hi:
-                return fields[5].strip() if len(fields) > 5 else ""
-    raise AssertionError(f"{ptr:#x} is not mapped")
+    name = mapped_path(ptr)
+    if name is None:
+        raise AssertionError(f"{ptr:#x} is not mapped")
+    return name
 
 
 def assert_same(got: dict, want: dict) -> None:

@@ -12,19 +12,14 @@ from overmind.cache import cache_info
 
 WHERE = '''
 from transformers import BertModel, LlamaForCausalLM
+from overmind.testing import mapped_path
 
 overmind.activate()
 
 
 def mapped_file(t):
-    ptr = t.untyped_storage().data_ptr()
-    with open("/proc/self/maps") as f:
-        for line in f:
-            fields = line.split(None, 5)
-            lo, hi = (int(x, 16) for x in fields[0].split("-"))
-            if lo <= ptr < hi:
-                return fields[5].strip() if len(fields) > 5 else ""
-    return "?"
+    name = mapped_path(t.untyped_storage().data_ptr())
+    return "?" if name is None else name
 
 
 def outputs(model):

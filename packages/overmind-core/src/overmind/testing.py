@@ -136,13 +136,20 @@ def overmind_mapped(address: int) -> bool:
 
     if mappings.contains(address):
         return True
+    name = mapped_path(address)
+    return name is not None and name.startswith("/memfd:overmind")
+
+
+def mapped_path(address: int) -> str | None:
+    """What the mapping holding ``address`` maps (``/proc/self/maps``): a path, ``/memfd:...``, ``""`` for
+    anonymous memory, or None where nothing is mapped."""
     with open("/proc/self/maps") as f:
         for line in f:
-            fields = line.split()
+            fields = line.split(None, 5)
             lo, hi = (int(x, 16) for x in fields[0].split("-"))
             if lo <= address < hi:
-                return len(fields) >= 6 and "/memfd:overmind" in line
-    return False
+                return fields[5].strip() if len(fields) > 5 else ""
+    return None
 
 
 def _adapter_targets(name: str) -> list:
