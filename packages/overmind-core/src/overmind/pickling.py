@@ -12,8 +12,13 @@ caller's objects again on rebuild (see :mod:`.arguments_ref`). Open files, socke
 like are refused (see :mod:`.resources`). Pickling runs on a helper thread whose C stack fits the
 recursion limit (see :mod:`.deepstack`), so a deep graph falls back instead of crashing.
 
-The C pickler is tried first (fast); objects it cannot handle (lambdas, local classes) send the whole
-graph through dill. A dill dump is read with dill's unpickler, any other with the C unpickler.
+The C pickler is tried first (fast), without a ``persistent_id`` method where it can be: that method is called
+for every object, strings and ints included (hundreds of thousands for a 49k-entry tokenizer vocabulary), while
+``reducer_override`` is never asked about atoms and plain containers. Storages, arguments and resources are never
+of those types, so ``reducer_override`` answers them with the reduce ``_persistent(pid)``, which :func:`loads`
+resolves to its storage loader. Only when an argument is itself a plain container (a dict or list the result
+may hold) does the ``persistent_id`` pickler run instead. Objects the C pickler cannot handle (lambdas, local
+classes) send the whole graph through dill. A dill dump is read with dill's unpickler, any other with the C unpickler.
 """
 from __future__ import annotations
 
@@ -75,6 +80,10 @@ class _StorageTable:
             untyped, dtype = obj._untyped_storage, obj.dtype
         else:
             return None
+        return self.storage_id(untyped, dtype)
+
+    def storage_id(self, untyped: torch.UntypedStorage, dtype) -> tuple:
+        """The persistent id of ``untyped`` (placed by the placer); ``dtype`` None: rebuilt as UntypedStorage."""
         device = untyped.device
         nbytes = untyped.nbytes()
         if device.type == "meta":
@@ -127,6 +136,69 @@ def _pickler_class(base: type) -> type:
 _CPickler = _pickler_class(pickle.Pickler)
 _DillPickler = _pickler_class(dill.Pickler)
 
+# Types the C pickler saves itself, asking reducer_override nothing (CPython 3.11 _pickle.c ``save``: None,
+# bools, exact int, float, bytes, str, dict, set, frozenset, list, tuple, bytearray, PickleBuffer). Only
+# persistent_id sees them; an argument of one of these types needs the persistent_id pickler.
+_NOT_OVERRIDDEN = frozenset({type(None), bool, int, float, bytes, str, dict, set, frozenset, list, tuple,
+                             bytearray, pickle.PickleBuffer})
+
+_PLAIN, _UNTYPED, _TYPED, _REFUSED = 0, 1, 2, 3  # what _FastPickler does with a type (cached per type)
+
+
+def _persistent(pid):
+    """Named in skeletons as the callable of a reduce whose argument is a persistent id (see _FastPickler);
+    the unpickler in :func:`loads` resolves this name to its storage loader."""
+    raise pickle.UnpicklingError("an Overmind skeleton refers to storages: read it with overmind.pickling.loads")
+
+
+class _FastPickler(pickle.Pickler):
+    """The C pickler without ``persistent_id``, so atoms and plain containers cost no Python call.
+
+    What :class:`_StorageTable.persistent_id` answers is answered in ``reducer_override`` instead (storages,
+    arguments and refused resources are never of the :data:`_NOT_OVERRIDDEN` types), as the reduce
+    ``_persistent(pid)``; the pickler memoizes it, so a storage met again costs a memo lookup. Only usable when
+    no argument is of a :data:`_NOT_OVERRIDDEN` type (reducer_override never sees those).
+    """
+
+    def __init__(self, file, table: _StorageTable, reducers: _Reducers):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._table = table
+        self._argument_ids = table._argument_ids
+        self._reducer_chains = reducers.cache
+        self._reducers = reducers
+        self._kinds: dict[type, int] = {}
+
+    def reducer_override(self, obj):
+        # Called for every object but atoms and plain containers, once each (the memo answers repeats).
+        t = type(obj)
+        if t is UntypedStorageArg:
+            return _persistent, (self._table.storage_id(obj.storage, None),)
+        if self._argument_ids and id(obj) in self._argument_ids:
+            return _persistent, (self._table.arguments.reference(obj),)
+        kind = self._kinds.get(t)
+        if kind is None:
+            kind = self._kinds[t] = _kind_of(t)
+        if kind == _PLAIN:
+            chain = self._reducer_chains.get(t)
+            if chain == ():
+                return NotImplemented
+            return self._reducers.reduce(obj)
+        if kind == _UNTYPED:
+            return _persistent, (self._table.storage_id(obj, torch.uint8),)
+        if kind == _TYPED:
+            return _persistent, (self._table.storage_id(obj._untyped_storage, obj.dtype),)
+        raise _Refused(obj)
+
+
+def _kind_of(t: type) -> int:
+    if resources.is_refused(t):
+        return _REFUSED
+    if issubclass(t, torch.UntypedStorage):
+        return _UNTYPED
+    if issubclass(t, torch.storage.TypedStorage):
+        return _TYPED
+    return _PLAIN
+
 
 def dumps(obj: Any, reducers: Mapping[type, Any] | tuple[()] = (), reference_mapped: bool = True,
           arguments: Mapping[str, Any] | None = None) -> Pickled:
@@ -152,7 +224,8 @@ def dumps(obj: Any, reducers: Mapping[type, Any] | tuple[()] = (), reference_map
 def _dumps(obj: Any, reducer_table: _Reducers, reference_mapped: bool,
            index: arguments_ref.ArgumentIndex) -> Pickled:
     first_error: Exception | None = None
-    for name, cls in (("pickle", _CPickler), ("dill", _DillPickler)):
+    fast = not any(type(o) in _NOT_OVERRIDDEN for o in index._objects)
+    for name, cls in (("pickle", _FastPickler if fast else _CPickler), ("dill", _DillPickler)):
         index.used = set()
         placer = Placer(reference_mapped)
         table = _StorageTable(placer, index)
@@ -258,6 +331,13 @@ def _unpickler_class(base: type) -> type:
         def __init__(self, file, loader: _StorageLoader):
             super().__init__(file)
             self.persistent_load = loader
+            self._loader = loader
+
+        def find_class(self, module, name):
+            # Once per distinct global of a skeleton (the pickler memoizes them).
+            if name == "_persistent" and module == __name__:
+                return self._loader
+            return super().find_class(module, name)
 
     return OvermindUnpickler
 
