@@ -54,6 +54,11 @@ class Recorder:
         return []
 
     @overmind.hookimpl
+    def overmind_patch_later(self):
+        self._saw("overmind_patch_later")
+        return []
+
+    @overmind.hookimpl
     def overmind_reducers(self):
         self._saw("overmind_reducers")
         return {}

@@ -37,3 +37,28 @@ def test_cancelled_callbacks_do_not_run(tmp_path, monkeypatch):
 
     assert seen == []
     monkeypatch.delitem(sys.modules, "om_watched_other")
+
+
+def test_a_submodule_callback_runs_when_that_submodule_is_imported(tmp_path, monkeypatch):
+    """A library imports its costly submodule only on use (diffusers' ``auto_pipeline``): the callback waits
+    for that import, however it comes (a lazy ``__getattr__`` here), and the package's own import fires nothing."""
+    pkg = tmp_path / "om_watched_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        "import importlib\n"
+        "def __getattr__(name):\n"
+        "    if name == 'Costly':\n"
+        "        return importlib.import_module('.costly', __name__).Costly\n"
+        "    raise AttributeError(name)\n")
+    (pkg / "costly.py").write_text("class Costly:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+    importwatch.when_imported("om_watched_pkg.costly", lambda m: seen.append(m.Costly.__name__))
+    import om_watched_pkg
+
+    assert seen == [] and "om_watched_pkg.costly" not in sys.modules
+    assert om_watched_pkg.Costly.__name__ == "Costly"
+    assert seen == ["Costly"] and "om_watched_pkg.costly" not in importwatch.pending()
+    assert type(sys.modules["om_watched_pkg.costly"].__loader__).__name__ != "_NotifyingLoader"
+    monkeypatch.delitem(sys.modules, "om_watched_pkg")
+    monkeypatch.delitem(sys.modules, "om_watched_pkg.costly")

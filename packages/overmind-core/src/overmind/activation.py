@@ -2,7 +2,8 @@
 and put every original back.
 
 Activating costs no library imports: an adapter whose library is not imported yet is patched the moment it
-is (a post-import hook, see :mod:`overmind.importwatch`). Its targets are routed through ``api.load``,
+is (a post-import hook, see :mod:`overmind.importwatch`), and a module the adapter names in
+``overmind_patch_later`` adds its loaders the moment the user imports it. Its targets are routed through ``api.load``,
 handed to :mod:`overmind.patching`, which knows only the mechanism. An adapter is applied whole or not at
 all: a target that fails rolls back the ones before it, with one warning naming the adapter and the fix, or
 an :class:`~overmind.adapters.AdapterError` under ``activate(strict=True)``.
@@ -73,6 +74,45 @@ def _apply_adapter(state: AdapterState, strict: bool) -> None:
         fallback.warn_at_user_line(OvermindWarning(state.reason))
         return
     state.targets = applied
+    _watch_later(state)
+
+
+def _watch_later(state: AdapterState) -> None:
+    """Patch more of ``state``'s targets as each module of its ``overmind_patch_later`` is imported."""
+    try:
+        modules = hooks.patch_later(state.name)
+    except Exception as e:  # the adapter's targets so far stay patched; the later ones are not
+        fallback.warn_at_user_line(OvermindWarning(_patch_failure(state, e)))
+        return
+    for module in modules:
+        def on_import(_module) -> None:
+            with adapters.lock:
+                if on_import in state.later and adapters.states(discover=False).get(state.name) is state:
+                    state.later.remove(on_import)
+                    _patch_more(state)
+
+        state.later.append(on_import)
+        importwatch.when_imported(module, on_import)
+
+
+def _patch_more(state: AdapterState) -> None:
+    """Patch the targets of ``state`` that are not patched yet (a later module of the adapter was imported);
+    all of them or, with one warning, none."""
+    done = {(id(t.owner), t.name) for t in state.targets}
+    applied = []
+    try:
+        new = [t for t in hooks.patch_targets(state.name) if (id(t.owner), t.name) not in done]
+        route = _route() if any(t.kind != "replace" for t in new) else None
+        for t in new:
+            t = t if t.adapter else patching.PatchTarget(t.owner, t.name, t.kind, state.name, t.replacement)
+            patching.apply(t, route)
+            applied.append(t)
+    except Exception as e:
+        for t in reversed(applied):
+            patching.restore(t)
+        fallback.warn_at_user_line(OvermindWarning(_patch_failure(state, e)))
+        return
+    state.targets.extend(applied)
 
 
 def _route() -> Callable:
@@ -96,6 +136,9 @@ def deactivate() -> None:
             if state.deferred:
                 importwatch.cancel(state.on_import)
                 state.deferred = False
+            for on_import in state.later:
+                importwatch.cancel(on_import)
+            state.later = []
             for t in reversed(state.targets):
                 patching.restore(t)
             state.targets = []

@@ -44,6 +44,7 @@ class AdapterState:
     modules: tuple = ()  # libraries.module_groups(): the adapter is live once each group has one imported
     deferred: bool = False  # activation is waiting for the library's import to patch it
     on_import: Any = None  # the post-import callback while deferred
+    later: list = field(default_factory=list)  # post-import callbacks of its overmind_patch_later modules
 
     def live(self) -> bool:
         return libraries.missing_module(self.modules) is None

@@ -32,8 +32,17 @@ if TYPE_CHECKING:
 def patch_targets(adapter: str) -> list[PatchTarget]:
     """Adapter ``adapter``'s patch targets. Called by activation, for one adapter once it is live; a failure
     is raised, not skipped: activation reports it as that adapter's patch failure."""
-    impls = [i for i in _hook("overmind_patch_targets").get_hookimpls() if i.plugin_name == adapter]
-    return [t for impl in impls for t in (impl.function() or [])]
+    return _own_results("overmind_patch_targets", adapter)
+
+
+def patch_later(adapter: str) -> list[str]:
+    """The modules whose import should patch adapter ``adapter`` again; raised, not skipped, as above."""
+    return _own_results("overmind_patch_later", adapter)
+
+
+def _own_results(name: str, adapter: str) -> list:
+    impls = [i for i in _hook(name).get_hookimpls() if i.plugin_name == adapter]
+    return [x for impl in impls for x in (impl.function() or [])]
 
 
 _reducers: tuple[Any, Mapping[type, list[Callable]]] | None = None

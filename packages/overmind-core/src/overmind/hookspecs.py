@@ -85,6 +85,17 @@ def overmind_patch_targets() -> Sequence[PatchTarget]:
     """
 
 
+@_declare(Kind.ALL, When.LIVE)
+def overmind_patch_later() -> Sequence[str]:
+    """Return the modules whose loaders this adapter patches only once the user imports them.
+
+    For a module too costly to import for every process that never uses it (diffusers' ``auto_pipeline``
+    imports every pipeline). Called right after ``overmind_patch_targets``, for each adapter on its own; when
+    one of these modules is imported, ``activate()`` calls ``overmind_patch_targets`` again and patches what
+    it returns that is not patched yet. ``overmind.adapter.waiting_modules`` answers it for lazy ``Spec`` entries.
+    """
+
+
 @_declare(Kind.MERGED, When.LIVE)
 def overmind_reducers() -> Mapping[type, Callable[[Any], tuple]]:
     """Return ``{type: reducer}`` for objects the default pickling cannot handle or handles slowly.

@@ -1,9 +1,12 @@
-"""Post-import hooks: run a callback right after a top-level module has finished importing.
+"""Post-import hooks: run a callback right after a module (top-level or a submodule) has finished importing.
 
 ``overmind.activate()`` must not import every library an installed adapter supports (diffusers alone
-takes seconds to import): an adapter whose library is not imported yet is applied the moment it is.
+takes seconds to import): an adapter whose library is not imported yet is applied the moment it is. Nor may
+it import a costly submodule the user never imports (diffusers' ``auto_pipeline`` imports every pipeline):
+such loaders are patched the moment the user imports their module.
 
 >>> when_imported("diffusers", lambda module: print("patch", module.__name__))
+>>> when_imported("diffusers.pipelines.auto_pipeline", lambda module: print("patch", module.__name__))
 """
 from __future__ import annotations
 
@@ -19,7 +22,9 @@ _busy: set[str] = set()
 
 
 def when_imported(name: str, callback: Callable[[ModuleType], None]) -> None:
-    """Call ``callback(module)`` once top-level module ``name`` is imported (now, if it already is)."""
+    """Call ``callback(module)`` once module ``name`` is imported (now, if it already is). A submodule's
+    callback runs when its own import finishes, however it is reached (``import a.b``, ``from a import b``, a
+    library's lazy ``__getattr__`` that imports it)."""
     with _lock:
         module = sys.modules.get(name)
         if module is None:
@@ -59,10 +64,12 @@ class _Finder:
     (A plain class: the import system needs only ``find_spec``, and ``importlib.abc`` costs activation 8 ms.)"""
 
     def find_spec(self, fullname, path=None, target=None):
-        if "." in fullname or fullname not in _callbacks or fullname in _busy:
+        if fullname not in _callbacks or fullname in _busy:
             return None
         _busy.add(fullname)
         try:
+            # A submodule: its parent is imported by now (the import system imports parents first), so this
+            # asks the other finders along the parent's __path__.
             spec = importlib.util.find_spec(fullname)
         finally:
             _busy.discard(fullname)

@@ -25,6 +25,7 @@ Functions:
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
 import json
 import os
@@ -161,6 +162,8 @@ def _adapter_targets(name: str) -> list:
         why = (f" ({state.status}: {state.reason})" if state
                else " (no entry point of that name in group overmind.adapters)")
         raise AssertionError(f"adapter {name!r} is not loaded{why}")
+    for module in hooks.patch_later(name):  # the lazy targets too: a check must see every target
+        importlib.import_module(module)
     return hooks.patch_targets(name)
 
 

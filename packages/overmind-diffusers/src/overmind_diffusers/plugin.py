@@ -21,16 +21,18 @@ from .arguments import normalise
 ADAPTER = "diffusers"
 SPECS = (
     Spec("diffusers.pipelines.pipeline_utils:DiffusionPipeline"),
-    Spec("diffusers.pipelines.auto_pipeline:AutoPipelineForText2Image"),
-    Spec("diffusers.pipelines.auto_pipeline:AutoPipelineForImage2Image"),
-    Spec("diffusers.pipelines.auto_pipeline:AutoPipelineForInpainting"),
-    Spec("diffusers.pipelines.auto_pipeline:AutoPipelineForText2Audio"),
+    Spec("diffusers.pipelines.auto_pipeline:AutoPipelineForText2Image", lazy=True),
+    Spec("diffusers.pipelines.auto_pipeline:AutoPipelineForImage2Image", lazy=True),
+    Spec("diffusers.pipelines.auto_pipeline:AutoPipelineForInpainting", lazy=True),
+    Spec("diffusers.pipelines.auto_pipeline:AutoPipelineForText2Audio", lazy=True),
     Spec("diffusers.models.modeling_utils:ModelMixin"),
     Spec("diffusers.models.auto_model:AutoModel"),
     Spec("diffusers.loaders.single_file:FromSingleFileMixin", "from_single_file"),
     Spec("diffusers.loaders.single_file_model:FromOriginalModelMixin", "from_single_file"),
     Spec("diffusers.schedulers.scheduling_utils:SchedulerMixin"),
 )
+# The AutoPipeline classes are patched when the user imports them (lazy): their module imports every pipeline
+# of diffusers (0.7 s and 21 MiB here), which a process that never uses them should not pay for.
 # Modules that define the ModelMixin subclasses overriding from_pretrained (diffusers imports lazily).
 PRELOAD_IF_PRESENT = ("diffusers.models.controlnets.multicontrolnet",
                       "diffusers.models.controlnets.multicontrolnet_union", "diffusers.models.adapter")
@@ -40,6 +42,7 @@ __all__ = ["ADAPTER", "SPECS", "PRELOAD_IF_PRESENT", "DYNAMIC_MODULES", "normali
 
 _hub = HubAdapter(__name__)
 overmind_patch_targets = _hub.overmind_patch_targets
+overmind_patch_later = _hub.overmind_patch_later
 overmind_key_parts = _hub.overmind_key_parts
 overmind_key_for_value = _hub.overmind_key_for_value
 overmind_prepare_result = _hub.overmind_prepare_result

@@ -28,7 +28,17 @@ import sys
 from types import ModuleType
 from typing import Any, ContextManager, Mapping
 
-from overmind.adapter import Uncacheable, collect, hookimpl, label, owns, resolve_roots, uncacheable, warn
+from overmind.adapter import (
+    Uncacheable,
+    collect,
+    hookimpl,
+    label,
+    owns,
+    resolve_roots,
+    uncacheable,
+    waiting_modules,
+    warn,
+)
 
 from . import dispatch, hub
 
@@ -39,6 +49,7 @@ class HubAdapter:
     def __init__(self, declared: str) -> None:
         self._declared = declared
         self._roots: tuple[type, ...] | None = None
+        self._roots_waiting: list[str] = []  # the lazy modules not imported when _roots was resolved
 
     @property
     def _plugin(self) -> ModuleType:
@@ -51,8 +62,11 @@ class HubAdapter:
     def _owns(self, loader: Any) -> bool:
         if self._adapter not in sys.modules:
             return False  # no class of the library exists yet; resolving the roots would import it
-        if self._roots is None:
-            self._roots = resolve_roots(self._plugin.SPECS)  # unresolvable ones: reported by patch_targets
+        specs = self._plugin.SPECS
+        if self._roots is None or (self._roots_waiting and waiting_modules(specs) != self._roots_waiting):
+            # unresolvable ones: reported by patch_targets; a lazy one joins once the user imports its module
+            self._roots_waiting = waiting_modules(specs)
+            self._roots = resolve_roots(specs)
         return owns(loader, self._roots)
 
     @hookimpl
@@ -67,6 +81,11 @@ class HubAdapter:
             except ImportError:
                 pass  # an older version without it: nothing there to patch
         return collect(self._adapter, plugin.SPECS)
+
+    @hookimpl
+    def overmind_patch_later(self) -> list[str]:
+        """The modules of the plugin's lazy ``SPECS`` the user has not imported: patched once they are."""
+        return waiting_modules(self._plugin.SPECS)
 
     @hookimpl
     def overmind_key_parts(self, loader: Any, arguments: dict[str, Any]) -> Any:
