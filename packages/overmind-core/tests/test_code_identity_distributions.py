@@ -1,0 +1,43 @@
+"""code_identity.distribution_of names installed code by what importlib.metadata says installed it, for every
+top-level module of every installed distribution (it reads the records through overmind.installed, without
+importlib.metadata's email parser: the same answer is the point, a different one would change keys)."""
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import importlib.util
+import sys
+
+from overmind import code_identity
+
+
+def _importlib_answer(top: str) -> tuple | None:
+    dists = sorted(set(metadata.packages_distributions().get(top, ())))
+    return tuple((d, metadata.version(d)) for d in dists) or None
+
+
+def test_every_installed_top_level_module_gets_importlib_metadatas_distribution_and_version():
+    checked = 0
+    for top in sorted(metadata.packages_distributions()):
+        if not top.isidentifier() or top.startswith("_") or top.startswith("overmind") or top in sys.stdlib_module_names:
+            continue
+        try:
+            spec = importlib.util.find_spec(top)
+        except (ImportError, ValueError):
+            continue
+        origin = getattr(spec, "origin", None) if spec else None
+        if not origin or not code_identity._under_installed_root(origin):
+            continue  # an editable install or a namespace package: keyed by its code, not by a version
+        # distribution_of looks the module up in sys.modules; a module object with that file stands in for it
+        module = type(sys)(top)
+        module.__file__ = origin
+        code_identity.distribution_of.cache_clear()
+        saved = sys.modules.get(top)
+        sys.modules[top] = saved or module
+        try:
+            got = code_identity.distribution_of(top)
+        finally:
+            if saved is None:
+                del sys.modules[top]
+        assert got == _importlib_answer(top), top
+        checked += 1
+    assert checked >= 50  # the venv has torch, diffusers, transformers and their dependencies
