@@ -130,7 +130,8 @@ def _parse_headers(text: str) -> dict[str, list[str]]:
     ``importlib.metadata`` reads with) gives it: continuation lines kept, trailing line break dropped."""
     headers: dict[str, list[list[str]]] = {}
     last: list[str] | None = None
-    for line in _LINES.findall(text):
+    for found in _LINES.finditer(text):  # lazily: the body after the headers can be 100 KB of README
+        line = found.group()
         if not _HEADER_LINE.match(line):
             break  # the blank line before the body (or a body with no blank line before it)
         if line[0] in " \t":

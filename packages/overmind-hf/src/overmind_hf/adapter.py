@@ -63,7 +63,7 @@ class HubAdapter:
         if self._adapter not in sys.modules:
             return False  # no class of the library exists yet; resolving the roots would import it
         specs = self._plugin.SPECS
-        if self._roots is None or (self._roots_waiting and waiting_modules(specs) != self._roots_waiting):
+        if self._roots is None or any(m in sys.modules for m in self._roots_waiting):
             # unresolvable ones: reported by patch_targets; a lazy one joins once the user imports its module
             self._roots_waiting = waiting_modules(specs)
             self._roots = resolve_roots(specs)
