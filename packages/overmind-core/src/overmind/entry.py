@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import arguments_ref, canon, collector, dedup, hooks, pickling, provenance
+from . import arguments_ref, canon, collector, dedup, heap, hooks, pickling, provenance
 from .shm import filemaps, reader, writer
 from .shm.filemaps import FileChanged  # noqa: F401 - api.publish copies everything when it is raised
 
@@ -87,10 +87,13 @@ def decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None = 
     throughout: the skeleton is a large graph of new objects, and a collection over it finds nothing to free.
     """
     with collector.paused():
-        return _decode(entry, fds, arguments)
+        obj, skeleton_bytes = _decode(entry, fds, arguments)
+    if skeleton_bytes >= heap.TRIM_AFTER_BYTES:
+        heap.trim()  # the rebuild's temporaries (a tokenizer's vocabulary) back to the system
+    return obj
 
 
-def _decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None) -> Any:
+def _decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None) -> tuple[Any, int]:
     try:
         maps = {entry_id: reader.map_entry(entry_id, fd) for entry_id, fd in fds.items()}
         redirects = dedup.Redirects(entry, fds)  # storages whose bytes another entry holds (dedup.py)
@@ -106,13 +109,14 @@ def _decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None) 
     def storage_source(where, offset, nbytes):
         return (own if where is None else maps[where]).storage(offset, nbytes)
 
-    obj = pickling.loads(own.skeleton(), redirects.wrap(storage_source), meta.get("pickler", "pickle"), arguments,
+    skeleton = own.skeleton()
+    obj = pickling.loads(skeleton, redirects.wrap(storage_source), meta.get("pickler", "pickle"), arguments,
                          list(meta.get("argument_aliases") or ()))
     obj = hooks.after_unpickle(obj, adapters_meta)
     if arguments_ref.ArgumentIndex(arguments).path_of(obj) is None:
         # (an argument returned as it was keeps its own origin)
         provenance.remember_origin(obj, entry["key"], _config_form)
-    return obj
+    return obj, len(skeleton)
 
 
 def _config_form(config: Any) -> str:
