@@ -55,7 +55,9 @@ def _build_backend(parts: tuple) -> Any:
     from tokenizers.models import BPE
 
     backend = Tokenizer.from_str(shell)
-    backend.model = BPE(vocab, merges, **params)
+    # A null in the JSON is the option's default, and BPE() refuses None for its string and bool options
+    # (continuing_subword_prefix is null in most byte-level BPEs not built with one): left out, it is the default.
+    backend.model = BPE(vocab, merges, **{k: v for k, v in params.items() if v is not None})
     for tok in sorted(added, key=lambda t: t["id"]):
         token = AddedToken(tok["content"], **{k: tok[k] for k in _ADDED_FIELDS if k in tok})
         (backend.add_special_tokens if tok.get("special") else backend.add_tokens)([token])
