@@ -85,14 +85,20 @@ def _watch_later(state: AdapterState) -> None:
         fallback.warn_at_user_line(OvermindWarning(_patch_failure(state, e)))
         return
     for module in modules:
-        def on_import(_module) -> None:
-            with adapters.lock:
-                if on_import in state.later and adapters.states(discover=False).get(state.name) is state:
-                    state.later.remove(on_import)
-                    _patch_more(state)
-
+        on_import = _later_callback(state)
         state.later.append(on_import)
         importwatch.when_imported(module, on_import)
+
+
+def _later_callback(state: AdapterState) -> Callable:
+    """A post-import callback of its own for one later module of ``state`` (each knows itself, not the last)."""
+    def on_import(_module) -> None:
+        with adapters.lock:
+            if on_import in state.later and adapters.states(discover=False).get(state.name) is state:
+                state.later.remove(on_import)
+                _patch_more(state)
+
+    return on_import
 
 
 def _patch_more(state: AdapterState) -> None:
