@@ -17,7 +17,6 @@ Prints seconds per GiB of fp16 output (min / median / max) and each way's cost o
 from __future__ import annotations
 
 import argparse
-import ctypes
 import mmap
 import os
 import statistics
@@ -26,9 +25,9 @@ import tempfile
 import time
 
 import torch
+from write_path import pwrite_all  # the same pwrite loop write_path.py times (this folder is on sys.path)
 
 CHUNK = 64 << 20  # fp32 bytes per tensor
-PWRITE_MAX = 1 << 30
 
 
 def make_file(total: int) -> str:
@@ -50,14 +49,6 @@ def mapped_fp32(path: str, total: int):
     whole = torch.frombuffer(mm, dtype=torch.float32)
     n = CHUNK // 4
     return [whole[i:i + n] for i in range(0, whole.numel(), n)]
-
-
-def pwrite_all(fd: int, t: torch.Tensor, offset: int) -> None:
-    n, ptr, done = t.numel() * t.element_size(), t.data_ptr(), 0
-    while done < n:
-        step = min(n - done, PWRITE_MAX)
-        view = memoryview((ctypes.c_char * step).from_address(ptr + done)).cast("B")
-        done += os.pwrite(fd, view, offset + done)
 
 
 def run(way: str, sources) -> float:

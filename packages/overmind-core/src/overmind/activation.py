@@ -56,18 +56,27 @@ def _apply_when_live(state: AdapterState, strict: bool) -> None:
     importwatch.when_imported(missing, on_import)
 
 
-def _apply_adapter(state: AdapterState, strict: bool) -> None:
-    applied = []
+def _patch_all(state: AdapterState, targets: list) -> list:
+    """Patch every one of ``targets`` for ``state``'s adapter and return them, or none: a failure restores the
+    ones already patched and is raised."""
+    applied: list = []
     try:
-        targets = hooks.patch_targets(state.name)
         route = _route() if any(t.kind != "replace" for t in targets) else None
         for t in targets:
             t = t if t.adapter else patching.PatchTarget(t.owner, t.name, t.kind, state.name, t.replacement)
             patching.apply(t, route)
             applied.append(t)
-    except Exception as e:
+    except Exception:
         for t in reversed(applied):
             patching.restore(t)
+        raise
+    return applied
+
+
+def _apply_adapter(state: AdapterState, strict: bool) -> None:
+    try:
+        applied = _patch_all(state, hooks.patch_targets(state.name))
+    except Exception as e:
         state.status, state.reason = "failed", _patch_failure(state, e)
         if strict:
             raise AdapterError(state.reason) from e
@@ -105,17 +114,10 @@ def _patch_more(state: AdapterState) -> None:
     """Patch the targets of ``state`` that are not patched yet (a later module of the adapter was imported);
     all of them or, with one warning, none."""
     done = {(id(t.owner), t.name) for t in state.targets}
-    applied = []
     try:
         new = [t for t in hooks.patch_targets(state.name) if (id(t.owner), t.name) not in done]
-        route = _route() if any(t.kind != "replace" for t in new) else None
-        for t in new:
-            t = t if t.adapter else patching.PatchTarget(t.owner, t.name, t.kind, state.name, t.replacement)
-            patching.apply(t, route)
-            applied.append(t)
+        applied = _patch_all(state, new)
     except Exception as e:
-        for t in reversed(applied):
-            patching.restore(t)
         fallback.warn_at_user_line(OvermindWarning(_patch_failure(state, e)))
         return
     state.targets.extend(applied)
