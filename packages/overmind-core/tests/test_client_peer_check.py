@@ -1,6 +1,7 @@
 """Finding 2 of issue 10: the client trusts only a server of its own uid. An attacker (uid nobody) who can
-write the directory holding the victim's runtime directory swaps in its own directory and server in a
-loop; the victim connects thousands of times; the attacker's server never hears a byte from it.
+write the directory holding the victim's runtime directory swaps in its own directory and server at the worst
+moment: after the victim's checks of the directory and the socket file passed, before its ``connect()``. The
+victim reaches the attacker's socket every time, and the attacker's server never hears a byte from it.
 """
 from __future__ import annotations
 
@@ -14,31 +15,58 @@ import pytest
 
 from _support import fault_procs
 from overmind.launcher import ensure_server
+from overmind.protocol import PROTOCOL_VERSION
 from overmind.testing import server_pids, stop_servers
 
 NOBODY = 65534
 SYSTEM_PYTHON = "/usr/bin/python3"  # nobody cannot read the interpreter under /root
-ATTACK_S = 20.0
+ATTEMPTS = 25
 
+# Each attempt asks the attacker to swap its directory in once the real check of the socket file passed
+# (the race won), then swaps the victim's back and checks that the real server still answers.
 VICTIM = """
-import collections, os, time
+import collections, os
+from overmind import peer
 from overmind.client import Client
+from overmind.peer import UntrustedServer
 from overmind.testing import report
 rt = os.environ["OVERMIND_RUNTIME_DIR"]
 real_pid = int(os.environ["REAL_PID"])
+ctl, ack = int(os.environ["CTL_FD"]), int(os.environ["ACK_FD"])
+state = {"armed": False, "swapped": False}
+checked = peer.check_socket_file
+
+def swap():
+    os.write(ctl, b"s")
+    assert os.read(ack, 1) == b"k"
+    state["swapped"] = not state["swapped"]
+
+def checked_then_swapped(path):
+    checked(path)
+    if state["armed"]:
+        state["armed"] = False
+        swap()
+
+peer.check_socket_file = checked_then_swapped
 outcomes = collections.Counter()
-deadline = time.monotonic() + float(os.environ["VICTIM_S"])
-for i in range(int(os.environ["VICTIM_N"])):
-    if time.monotonic() > deadline:
-        break
+for _ in range(int(os.environ["ATTEMPTS"])):
+    c = Client(rt, autostart=False)
+    state["armed"] = True
     try:
-        c = Client(rt, autostart=False)
-        pid = c.status()["pid"]
-        outcomes["real" if pid == real_pid else "other pid"] += 1
-        c.close()
+        outcomes["spoken to pid %d" % c.status()["pid"]] += 1
+    except UntrustedServer as e:
+        outcomes["refused: runs as nobody" if "runs as uid %d," % 65534 in str(e) else "refused: " + str(e)] += 1
     except Exception as e:
-        outcomes[type(e).__name__] += 1
-report({"outcomes": dict(outcomes), "attempts": i + 1})
+        outcomes["%s: %s" % (type(e).__name__, e)] += 1
+    finally:
+        c.close()
+        if state["swapped"]:
+            swap()
+    c = Client(rt, autostart=False)
+    outcomes["then the real server" if c.status()["pid"] == real_pid else "then another pid"] += 1
+    c.close()
+os.write(ctl, b"q")
+report({"outcomes": dict(outcomes)})
 """
 
 
@@ -51,7 +79,7 @@ def _setpriv() -> list[str] | None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the attacker as another user")
-def test_a_swapped_in_server_of_another_user_is_never_spoken_to(monkeypatch):
+def test_a_server_of_another_user_swapped_in_before_connect_is_never_spoken_to(monkeypatch):
     drop = _setpriv()
     if drop is None or not os.access(SYSTEM_PYTHON, os.X_OK):
         pytest.skip("needs setpriv or runuser, and a system python3 that nobody can run")
@@ -62,35 +90,37 @@ def test_a_swapped_in_server_of_another_user_is_never_spoken_to(monkeypatch):
     script = os.path.join(parent, "hostile_server.py")
     shutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostile_server.py"), script)
     os.chmod(script, 0o644)
+    ctl_r, ctl_w = os.pipe()
+    ack_r, ack_w = os.pipe()
+    ends = [ctl_r, ctl_w, ack_r, ack_w]
     attacker = None
     try:
         os.mkdir(rt, 0o700)
         ensure_server(rt)
         (real_pid,) = server_pids(rt)
-        victim = fault_procs.start(VICTIM, {"VICTIM_N": "6000", "VICTIM_S": str(ATTACK_S - 4),
-                                            "REAL_PID": str(real_pid)})
-        attacker = subprocess.Popen([*drop, SYSTEM_PYTHON, script, parent, "rt", str(ATTACK_S)],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        seen = fault_procs.finish(victim, timeout=ATTACK_S + 30)
-        open(os.path.join(parent, "stop"), "w").close()
+        attacker = subprocess.Popen([*drop, SYSTEM_PYTHON, script, parent, "rt", str(ctl_r), str(ack_w),
+                                     str(PROTOCOL_VERSION)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    pass_fds=(ctl_r, ack_w))
+        victim = fault_procs.start(VICTIM, {"ATTEMPTS": str(ATTEMPTS), "REAL_PID": str(real_pid),
+                                            "CTL_FD": str(ctl_w), "ACK_FD": str(ack_r)},
+                                   pass_fds=(ctl_w, ack_r))
+        while ends:  # each end now lives in its process only: either one's death ends the other's wait
+            os.close(ends.pop())
+        seen = fault_procs.finish(victim, timeout=120)
         _, err = attacker.communicate(timeout=30)
         assert attacker.returncode == 0, err
         with open(os.path.join(parent, "attacker.json")) as f:
             attack = json.load(f)
     finally:
+        for fd in ends:
+            os.close(fd)
         if attacker is not None and attacker.poll() is None:
             attacker.kill()
         stop_servers(rt)
         shutil.rmtree(parent, ignore_errors=True)
-    outcomes = seen.get("outcomes")
-    assert outcomes is not None, seen
-    assert attack["swaps"] > 100, attack
-    assert attack["connections"] > 0, (attack, outcomes)  # the race was won: the victim reached its socket
-    assert attack["spoke"] == 0, (attack, outcomes)
-    assert "other pid" not in outcomes, outcomes
-    # Each connection the attacker saw was refused (others were refused before connecting, by the socket
-    # file's owner).
-    assert outcomes.get("UntrustedServer", 0) >= attack["connections"], (attack, outcomes)
+    assert seen.get("outcomes") == {"refused: runs as nobody": ATTEMPTS, "then the real server": ATTEMPTS}, seen
+    assert attack == {"connections": ATTEMPTS, "spoke": 0, "swaps": 2 * ATTEMPTS}, attack
 
 
 LOAD = """
