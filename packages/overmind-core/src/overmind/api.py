@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from . import arguments_ref, collector, entry, fallback, hooks, key
 from .errors import OvermindError, ServerError
+from .shm import arena
 
 log = logging.getLogger("overmind")
 _local = threading.local()
@@ -146,24 +147,33 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
     run = fallback.LoaderRun(outermost=not stack)
     stack.append(ck.key)
     t0 = time.perf_counter()
+    # The loader's large CPU allocations go straight into the memfd that becomes the entry (shm/arena.py).
+    load_arena = arena.open_arena()
     try:
-        result = fn(*args, **kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        finally:
+            stack.pop()
+            if load_arena is not None:
+                load_arena.close()
+        run.finished()
+        t1 = time.perf_counter()
+        log.info("overmind: miss %s (entry %s): the loader ran in %.3f s", loader.name, ck.key[:12], t1 - t0)
+        try:
+            rebuilt = publish(client, loader, ck, result, arguments, recheck, load_arena)
+            log.info("overmind: published %s (entry %s) in %.3f s", loader.name, ck.key[:12],
+                     time.perf_counter() - t1)
+        except KeyChanged as e:
+            _release(client, ck.key)
+            log.debug("overmind: not caching: %s", e)
+            return result
+        except Exception as e:
+            _release(client, ck.key)
+            run.not_cached(loader.name, e)  # one user call, one warning: a nested load may have said it already
+            return result
     finally:
-        stack.pop()
-    run.finished()
-    t1 = time.perf_counter()
-    log.info("overmind: miss %s (entry %s): the loader ran in %.3f s", loader.name, ck.key[:12], t1 - t0)
-    try:
-        rebuilt = publish(client, loader, ck, result, arguments, recheck)
-        log.info("overmind: published %s (entry %s) in %.3f s", loader.name, ck.key[:12], time.perf_counter() - t1)
-    except KeyChanged as e:
-        _release(client, ck.key)
-        log.debug("overmind: not caching: %s", e)
-        return result
-    except Exception as e:
-        _release(client, ck.key)
-        run.not_cached(loader.name, e)  # one user call, one warning: a nested load may have said it already
-        return result
+        if load_arena is not None:
+            load_arena.release()
     del result  # the plain result's memory goes now, and back to the system below
     if not stack:
         _return_freed_memory()
@@ -191,19 +201,21 @@ class KeyChanged(OvermindError):
 
 
 def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments: dict | None = None,
-            recheck: _Recheck | None = None) -> Any:
+            recheck: _Recheck | None = None, load_arena: arena.Arena | None = None) -> Any:
     """Write ``result`` as an entry, publish it under ``ck`` and return it rebuilt from there.
 
     The publish reply is a hit on the entry, so the result comes back from the cache's bytes in one round trip.
     ``recheck`` runs once the result is pickled (so an adapter's refusal, which says why, comes first) and
-    before anything is written: a key that changed raises :class:`KeyChanged`.
+    before anything is written: a key that changed raises :class:`KeyChanged`. ``load_arena``: the loader's
+    closed arena, whose memfd becomes the entry (``shm/arena.py``).
     """
     def before_write() -> None:
         if recheck is not None and not recheck.unchanged(ck):
             raise KeyChanged(f"the files or arguments of {loader.name} changed while it loaded")
 
     try:
-        res = _publish(client, ck, entry.encode(result, loader, ck.summary, arguments, before_write=before_write))
+        res = _publish(client, ck, entry.encode(result, loader, ck.summary, arguments, before_write=before_write,
+                                                arena=load_arena))
     except (ServerError, entry.FileChanged) as e:
         if e.reason not in _COPY_INSTEAD:
             raise

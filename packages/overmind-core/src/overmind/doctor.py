@@ -186,8 +186,12 @@ def check_zerocopy() -> Check:
                      f"install torch into {sys.prefix} (overmind caches torch objects)")
     active, reason = info.get("active"), info.get("reason", "")
     if active == "c":
-        return Check(name, OK, f"compiled extension overmind._C ({reason})" if reason else
-                     "compiled extension overmind._C")
+        from .shm import arena
+
+        why_not = arena.available()
+        once = "; a miss's converted tensors are written once" if why_not is None else f"; write-once off ({why_not})"
+        return Check(name, OK, (f"compiled extension overmind._C ({reason})" if reason else
+                                "compiled extension overmind._C") + once)
     return Check(name, WARN, f"{active} implementation: {reason}",
                  "rebuild the extension with scripts/setup for faster warm loads (the cache works without it)")
 

@@ -23,6 +23,7 @@ from .shm.filemaps import FileChanged  # noqa: F401 - api.publish copies everyth
 
 if TYPE_CHECKING:
     from .key import Loader
+    from .shm.arena import Arena
 
 
 @dataclass
@@ -38,19 +39,26 @@ class Encoded:
 
 
 def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = None, *,
-           reference_mapped: bool = True, before_write: Callable[[], None] | None = None) -> Encoded:
+           reference_mapped: bool = True, before_write: Callable[[], None] | None = None,
+           arena: Arena | None = None) -> Encoded:
     """Write ``result`` into a sealed memfd.
 
     Objects of the call's bound ``arguments`` that the result holds are recorded as references to those
     arguments (neither pickled nor copied). ``reference_mapped=False`` copies every storage, even one that
-    lives in an entry already mapped here or in a checkpoint file. ``before_write`` runs once the result is
+    lives in an entry already mapped here or in a checkpoint file. ``arena`` is the miss's closed load arena
+    (``shm/arena.py``): the entry is written into its memfd, where the loader's large tensors already are; it
+    is used once (an entry written into it is sealed). ``before_write`` runs once the result is
     pickled (so an adapter's refusal, which says why, comes first) and before anything is written; what it raises
     propagates.
     Raises :class:`~overmind.pickling.PicklingFailed` for a result that cannot be pickled.
     """
+    if arena is not None and not (arena.usable and reference_mapped):
+        arena = None
     with collector.paused():  # no collection over the user's heap inside a load (see collector.py)
         adapters_meta = hooks.entry_metadata(result, loader)
-        pickled = _pickle(result, loader, reference_mapped, arguments)
+        pickled = _pickle(result, loader, reference_mapped, arguments, arena)
+    if not pickled.in_place:
+        arena = None  # nothing of the result is in it (an fp16 checkpoint's tensors are file mappings)
     if before_write is not None:
         before_write()
     meta = {"loader": loader.name, "summary": summary, "pickler": pickled.pickler, "pid": os.getpid(),
@@ -60,10 +68,15 @@ def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = N
     # Storages whose bytes an entry already holds are referenced there, not written (dedup.py).
     shared = dedup.plan(pickled.storages) if reference_mapped else dedup.Plan(list(pickled.storages))
     meta.update(shared.meta)
+    to_write = shared.written
+    if arena is not None:
+        to_write = _use_arena(arena, pickled, shared)
+        # bytes the loader wrote into the entry itself (benchmarks and tests read it)
+        meta["written_once"] = sum(s.nbytes() for s, o in pickled.storages if o in pickled.in_place)
     files = filemaps.open_referenced(pickled.deps)  # raises FileChanged: the caller copies everything then
     try:
-        fd = writer.write_entry(pickled.skeleton, shared.written, pickled.data_len,
-                                name=f"overmind:{loader.name}"[:240])
+        fd = writer.write_entry(pickled.skeleton, to_write, pickled.data_len,
+                                name=f"overmind:{loader.name}"[:240], arena=arena)
     except BaseException:
         for _, file_fd in files:
             os.close(file_fd)
@@ -71,10 +84,22 @@ def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = N
     return Encoded(fd, sorted(pickled.deps | shared.deps), meta, files)
 
 
-def _pickle(result: Any, loader: Loader, reference_mapped: bool, arguments: dict | None) -> pickling.Pickled:
+def _use_arena(arena: Arena, pickled: pickling.Pickled, shared: dedup.Plan) -> list:
+    """The storages to write besides those already in ``arena``; ranges dedup found elsewhere are detached."""
+    kept = {offset for _s, offset in shared.written}
+    for storage, offset in pickled.storages:
+        if offset in pickled.in_place and offset not in kept:
+            arena.detach(storage.data_ptr())  # its bytes are referenced in another entry (or earlier in this one)
+            pickled.in_place.discard(offset)
+    return [(s, o) for s, o in shared.written if o not in pickled.in_place]
+
+
+def _pickle(result: Any, loader: Loader, reference_mapped: bool, arguments: dict | None,
+            arena: Arena | None = None) -> pickling.Pickled:
     with contextlib.ExitStack() as stack:
         stack.enter_context(hooks.prepare_result(result, loader))
-        return pickling.dumps(result, hooks.reducers(), reference_mapped=reference_mapped, arguments=arguments)
+        return pickling.dumps(result, hooks.reducers(), reference_mapped=reference_mapped, arguments=arguments,
+                              arena=arena)
 
 
 def decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None = None) -> Any:

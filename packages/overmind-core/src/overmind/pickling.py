@@ -26,7 +26,7 @@ import io
 import pickle
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import dill
 import torch
@@ -35,6 +35,9 @@ from . import arguments_ref, deepstack, resources
 from .errors import OvermindError
 from .shm.placer import Placer
 from .tensors import UntypedStorageArg
+
+if TYPE_CHECKING:
+    from .shm.arena import Arena
 
 _MISSING = object()
 
@@ -51,6 +54,9 @@ class Pickled:
     # Paths of objects passed more than once to the call (``[a, a]``) that the skeleton refers to; a rebuild
     # checks they are one object again (see arguments_ref.check_aliases).
     argument_aliases: list = field(default_factory=list)
+    # Offsets (in the data region) of the storages already in the load arena's memfd (shm/arena.py): placed,
+    # never written.
+    in_place: set[int] = field(default_factory=set)
 
 
 class _StorageTable:
@@ -201,7 +207,7 @@ def _kind_of(t: type) -> int:
 
 
 def dumps(obj: Any, reducers: Mapping[type, Any] | tuple[()] = (), reference_mapped: bool = True,
-          arguments: Mapping[str, Any] | None = None) -> Pickled:
+          arguments: Mapping[str, Any] | None = None, arena: Arena | None = None) -> Pickled:
     """Pickle ``obj`` with its storages out of band.
 
     ``reducers`` maps types to a ``__reduce__``-style function, or a list of them tried in turn
@@ -210,24 +216,26 @@ def dumps(obj: Any, reducers: Mapping[type, Any] | tuple[()] = (), reference_map
     every storage even if it already lives in an entry mapping.
     ``arguments`` are the call's bound arguments: an object passed there is recorded as a reference to the
     argument, not pickled; pass the same call's arguments to :func:`loads`.
+    ``arena``: the miss's closed load arena; a storage in one of its ranges is placed where it already is
+    (``Pickled.in_place``).
 
     Raises :class:`PicklingFailed` (or its subclasses :class:`ResourceRefused`, :class:`TooDeep`).
     """
     reducer_table = _Reducers(dict(reducers))
     index = arguments_ref.ArgumentIndex(dict(arguments) if arguments else None)
     try:
-        return deepstack.call(_dumps, obj, reducer_table, reference_mapped, index)
+        return deepstack.call(_dumps, obj, reducer_table, reference_mapped, index, arena)
     except RecursionError as e:
         raise TooDeep(obj, e) from e
 
 
 def _dumps(obj: Any, reducer_table: _Reducers, reference_mapped: bool,
-           index: arguments_ref.ArgumentIndex) -> Pickled:
+           index: arguments_ref.ArgumentIndex, arena: Arena | None) -> Pickled:
     first_error: Exception | None = None
     fast = not any(type(o) in _NOT_OVERRIDDEN for o in index._objects)
     for name, cls in (("pickle", _FastPickler if fast else _CPickler), ("dill", _DillPickler)):
         index.used = set()
-        placer = Placer(reference_mapped)
+        placer = Placer(reference_mapped, arena)
         table = _StorageTable(placer, index)
         buf = io.BytesIO()
         try:
@@ -241,7 +249,8 @@ def _dumps(obj: Any, reducer_table: _Reducers, reference_mapped: bool,
             if name == "dill":
                 raise PicklingFailed(obj, e, first_error) from e
             continue
-        return Pickled(buf.getvalue(), placer.storages, placer.data_len, placer.deps, name, index.alias_groups())
+        return Pickled(buf.getvalue(), placer.storages, placer.data_len, placer.deps, name, index.alias_groups(),
+                       placer.in_place)
     raise AssertionError("unreachable")
 
 

@@ -149,6 +149,10 @@ DECLARED: tuple[Setting, ...] = (
     Setting("OVERMIND_DEDUP", "dedup", True, _BOOL,
             "a storage of 64 KiB or more whose bytes an entry already holds is referenced there, not written again "
             "(found by a sampled hash, confirmed by a byte compare)", parse_bool, "twice"),
+    Setting("OVERMIND_WRITE_ONCE", "write_once", True, _BOOL,
+            "a miss's CPU allocations of 1 MiB or more (an fp32 checkpoint's tensors converted to fp16) are made in "
+            "the memory that becomes its entry, so they are written once instead of copied (needs overmind._C)",
+            parse_bool, "never"),
     Setting("OVERMIND_LOG_MAX_BYTES", "log_max_bytes", 16 << 20, "a size in bytes with an optional K, M, G or T "
             "suffix, e.g. OVERMIND_LOG_MAX_BYTES=16M", "server: the log rotates at this size (3 old logs kept)",
             parse_size, "big", default_text="16M"),
@@ -189,6 +193,7 @@ class Settings:
     progress_delay: float = 3.0
     file_references: bool = True
     dedup: bool = True
+    write_once: bool = True
     log_max_bytes: int = 16 << 20
     run_disable: bool = False
     preload: str | None = None

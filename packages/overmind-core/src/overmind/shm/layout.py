@@ -6,6 +6,11 @@
 data_offset  page aligned; the storages, each at an offset relative to data_offset that is congruent to the
              storage's own address modulo 64 (STORAGE_ALIGN): a copy is aligned as the loader's storage was
 ```
+
+An entry written into a load arena (``shm/arena.py``) has its data first, because the loader's tensors were
+already there when the skeleton was made: the header page, then the data region from offset 4096 (the
+arena's ranges at their offsets, the other storages after them), then the skeleton. The header says where
+each region is, so a reader does not care which order an entry has.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ HEADER = struct.Struct("<8sQQQQ")
 HEADER_SIZE = 64
 PAGE = 4096
 STORAGE_ALIGN = 64
+DATA_FIRST_OFFSET = PAGE  # where the data region of a data-first entry (a load arena's) starts
 
 
 def align(n: int, to: int) -> int:
@@ -37,13 +43,15 @@ class Layout:
     data_len: int
 
     @classmethod
-    def plan(cls, skeleton_len: int, data_len: int) -> Layout:
+    def plan(cls, skeleton_len: int, data_len: int, *, data_first: bool = False) -> Layout:
+        if data_first:
+            return cls(align(DATA_FIRST_OFFSET + data_len, STORAGE_ALIGN), skeleton_len, DATA_FIRST_OFFSET, data_len)
         data_offset = align(HEADER_SIZE + skeleton_len, PAGE)
         return cls(HEADER_SIZE, skeleton_len, data_offset, data_len)
 
     @property
     def total(self) -> int:
-        return max(self.data_offset + self.data_len, PAGE)
+        return max(self.data_offset + self.data_len, self.skeleton_offset + self.skeleton_len, PAGE)
 
     def pack(self) -> bytes:
         return HEADER.pack(MAGIC, self.skeleton_offset, self.skeleton_len, self.data_offset, self.data_len)
@@ -56,6 +64,7 @@ class Layout:
         if magic != MAGIC:
             raise LayoutError(f"entry has magic {magic!r}, expected {MAGIC!r} (written by another Overmind version?)")
         layout = cls(so, sl, do, dl)
-        if so + sl > do or do + dl > size:
+        overlap = sl and dl and so < do + dl and do < so + sl
+        if so < HEADER_SIZE or do < HEADER_SIZE or so + sl > size or do + dl > size or overlap:
             raise LayoutError(f"entry header {layout} does not fit its {size} bytes (truncated?)")
         return layout

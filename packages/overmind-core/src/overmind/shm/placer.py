@@ -7,6 +7,8 @@ referenced there instead of copied (see :mod:`.mappings`), and that entry become
 A CPU storage that is an untouched private mapping of a checkpoint file (a lazy safetensors load) is referenced
 in that file (see :mod:`.filemaps`): its place is ``(file entry id, offset in the file)``, and the file entry
 is a dependency like any other (``OVERMIND_FILE_REFERENCES=0`` copies such storages instead).
+A storage that starts a live range of the miss's load arena (``shm/arena.py``) is already in the memfd that
+becomes the entry: it is placed at that range's offset (``in_place``), and the other storages after the ranges.
 
 >>> placer = Placer()
 >>> placer.place(tensor.untyped_storage())      # (None, 0): this entry, offset 0
@@ -18,19 +20,24 @@ from typing import TYPE_CHECKING
 
 from .. import settings
 from . import filemaps, mappings
-from .layout import STORAGE_ALIGN, align
+from .layout import DATA_FIRST_OFFSET, STORAGE_ALIGN, align
 
 if TYPE_CHECKING:
     import torch
+
+    from .arena import Arena
 
 
 class Placer:
     """Assigns each distinct storage its place once; ``reference_mapped=False`` copies every storage."""
 
-    def __init__(self, reference_mapped: bool = True) -> None:
+    def __init__(self, reference_mapped: bool = True, arena: Arena | None = None) -> None:
         self.reference_mapped = reference_mapped
         self.storages: list[tuple[torch.UntypedStorage, int]] = []  # (storage, offset in the data region)
-        self.data_len = 0
+        self.arena = arena if arena is not None and arena.usable else None
+        # With an arena the data region starts at the memfd's second page, where its ranges already are.
+        self.data_len = self.arena.data_end - DATA_FIRST_OFFSET if self.arena is not None else 0
+        self.in_place: set[int] = set()  # offsets of the storages already in the arena
         self.deps: set[str] = set()
         self._seen: dict[tuple, tuple[str | None, int]] = {}
         self._files = filemaps.FileMaps() if reference_mapped and settings.current().file_references else None
@@ -49,6 +56,13 @@ class Placer:
         return place
 
     def _new_place(self, untyped: torch.UntypedStorage, device, nbytes: int) -> tuple[str | None, int]:
+        if self.arena is not None and device.type == "cpu" and nbytes:
+            there = self.arena.locate(untyped.data_ptr(), nbytes)
+            if there is not None:
+                offset = there - DATA_FIRST_OFFSET
+                self.storages.append((untyped, offset))
+                self.in_place.add(offset)
+                return (None, offset)
         if self.reference_mapped and device.type == "cpu":
             loc = mappings.locate(untyped.data_ptr(), nbytes)
             if loc is not None:
@@ -66,3 +80,4 @@ class Placer:
         self.data_len = offset + nbytes
         self.storages.append((untyped, offset))
         return (None, offset)
+

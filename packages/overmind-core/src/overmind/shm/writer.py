@@ -8,6 +8,9 @@ docs/benchmarks.md). The writer never holds a writable mapping, so nothing stand
 
 Where libc's ``pwrite`` cannot be called through ctypes, the bytes are copied through a shared mapping as
 before (``PWRITE`` says which way is in use).
+
+A miss with a load arena (``shm/arena.py``) is written into the arena's memfd instead of a fresh one, data
+first: the storages already there (``in_place``) are not written at all.
 """
 from __future__ import annotations
 
@@ -16,12 +19,15 @@ import errno
 import fcntl
 import mmap
 import os
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import torch
 
 from . import seals
 from .layout import Layout
+
+if TYPE_CHECKING:
+    from .arena import Arena
 
 _STEP = 1 << 30  # Linux writes at most 0x7ffff000 bytes per call
 
@@ -41,19 +47,27 @@ PWRITE = _pwrite is not None
 
 
 def write_entry(skeleton: bytes, storages: Iterable[tuple[torch.UntypedStorage, int]], data_len: int,
-                name: str = "overmind-entry") -> int:
+                name: str = "overmind-entry", arena: Arena | None = None) -> int:
     """Return the fd of a sealed memfd holding ``skeleton`` and each ``(storage, offset)``'s bytes.
 
     ``offset`` is relative to the data region; a storage off the CPU is copied through host memory.
+    With ``arena`` (closed, usable), the entry is its memfd, data first; ``storages`` are the ones not in it.
     The caller owns the fd.
     """
-    layout = Layout.plan(len(skeleton), data_len)
-    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    written = data_len
+    if arena is not None:
+        storages = list(storages)
+        written = sum(s.nbytes() for s, _ in storages)
+        layout = Layout.plan(len(skeleton), data_len, data_first=True)
+        fd = os.dup(arena.fd())
+    else:
+        layout = Layout.plan(len(skeleton), data_len)
+        fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.ftruncate(fd, layout.total)
         from ..progress import track
 
-        with track(data_len, name.removeprefix("overmind:")) as advance:  # a bar only for a long publish
+        with track(written, name.removeprefix("overmind:")) as advance:  # a bar only for a long publish
             if PWRITE:
                 _write_by_pwrite(fd, layout, skeleton, storages, advance)
             else:
