@@ -80,4 +80,3 @@ class Placer:
         self.data_len = offset + nbytes
         self.storages.append((untyped, offset))
         return (None, offset)
-
