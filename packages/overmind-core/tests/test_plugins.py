@@ -211,7 +211,9 @@ def test_after_unpickle_gives_every_adapter_its_turn(overmind_runtime, monkeypat
 
     adapters.register_adapter("first", Tagger("a"))
     adapters.register_adapter("second", Tagger("b"))
-    out = overmind.load(make_mapping, x=1)
+    assert overmind.load(make_mapping, x=1) == {"x": 1}  # the miss: the loader's own object, nothing rebuilt
+    assert seen == []
+    out = overmind.load(make_mapping, x=1)  # a hit: rebuilt, and finished by every adapter
     assert out == {"x": 1, "a": True, "b": True}
     assert [t for t, _ in seen] == ["b", "a"]  # last registered runs first, as in pluggy
     assert seen[1][1] == {"x": 1, "b": True}   # the second adapter saw the first one's replacement

@@ -3,7 +3,8 @@
 A hit maps the entry (and the entries it references) copy-on-write and unpickles the skeleton. A miss
 runs the loader here, pickles the result with its storages out of band, writes a sealed memfd, publishes
 it, and returns the object rebuilt from that memfd, so this process shares the weights too and a later
-load that is given this object (``vae=vae``) references its entry instead of copying it.
+load that is given this object (``vae=vae``) references its entry instead of copying it; a result without
+storages (a tokenizer, a scheduler) is returned as the loader made it.
 
 Whatever goes wrong on Overmind's side, the caller gets the plain loader's result and one
 :class:`~overmind.fallback.OvermindWarning` naming the cause and the fix (:mod:`.fallback`). Exceptions raised
@@ -19,7 +20,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from . import arguments_ref, collector, entry, fallback, hooks, key
+from . import arguments_ref, collector, entry, fallback, hooks, key, loadscope, provenance
 from .errors import OvermindError, ServerError
 from .shm import arena
 
@@ -37,7 +38,8 @@ def _loading_stack() -> list[str]:
 
 def load(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
     """Return ``fn(*args, **kwargs)``, through the cache when possible. See :func:`overmind.load`."""
-    with fallback.user_call():  # one user call (its nested loads included) warns once
+    # one user call (its nested loads included) warns once; reducers' memos last as long (loadscope.py)
+    with fallback.user_call(), loadscope.scope():
         return _load(fn, *args, **kwargs)
 
 
@@ -202,7 +204,8 @@ class KeyChanged(OvermindError):
 
 def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments: dict | None = None,
             recheck: _Recheck | None = None, load_arena: arena.Arena | None = None) -> Any:
-    """Write ``result`` as an entry, publish it under ``ck`` and return it rebuilt from there.
+    """Write ``result`` as an entry, publish it under ``ck`` and return it rebuilt from there, or ``result`` itself
+    where a rebuild would gain nothing (:func:`_plain_result_will_do`).
 
     The publish reply is a hit on the entry, so the result comes back from the cache's bytes in one round trip.
     ``recheck`` runs once the result is pickled (so an adapter's refusal, which says why, comes first) and
@@ -214,15 +217,32 @@ def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments
             raise KeyChanged(f"the files or arguments of {loader.name} changed while it loaded")
 
     try:
-        res = _publish(client, ck, entry.encode(result, loader, ck.summary, arguments, before_write=before_write,
-                                                arena=load_arena))
+        encoded = entry.encode(result, loader, ck.summary, arguments, before_write=before_write, arena=load_arena)
+        res = _publish(client, ck, encoded)
     except (ServerError, entry.FileChanged) as e:
         if e.reason not in _COPY_INSTEAD:
             raise
         # An entry this one references was evicted meanwhile, or a checkpoint file it references changed: write
         # the bytes themselves instead.
-        res = _publish(client, ck, entry.encode(result, loader, ck.summary, arguments, reference_mapped=False))
+        encoded = entry.encode(result, loader, ck.summary, arguments, reference_mapped=False)
+        res = _publish(client, ck, encoded)
+    if _plain_result_will_do(result, encoded):
+        for fd in res.fds.values():
+            os.close(fd)
+        return result
     return entry.decode(res.entry, res.fds, arguments)
+
+
+def _plain_result_will_do(result: Any, encoded: entry.Encoded) -> bool:
+    """Whether the miss returns the loader's own result rather than its rebuild from the entry just published.
+
+    Rebuilding serves two ends: the process then shares the result's weights with the others (the loader's
+    heap copies are freed), and a module or tensor rebuilt from an entry is keyed by that entry when it is
+    passed to a later load (``provenance.py``). A result that holds no storage at all (a tokenizer, a
+    scheduler, a config) gains neither, and its rebuild is pure cost (a pipeline's tokenizer: ~60 ms, when
+    the pipeline's components are loaded): it is returned as the loader made it, the plain call's own object.
+    """
+    return not encoded.holds_storages and not provenance.tracked(result)
 
 
 _COPY_INSTEAD = ("dep missing", "file changed")

@@ -36,6 +36,8 @@ class Encoded:
     # (description, read-only fd) of each checkpoint file whose pages the entry references (``shm.filemaps``);
     # the caller closes the fds too
     files: list[tuple[dict[str, Any], int]] = field(default_factory=list)
+    # whether the result holds any storage (written, in place, or referenced in another entry or a file)
+    holds_storages: bool = True
 
 
 def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = None, *,
@@ -81,7 +83,8 @@ def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = N
         for _, file_fd in files:
             os.close(file_fd)
         raise
-    return Encoded(fd, sorted(pickled.deps | shared.deps), meta, files)
+    deps = sorted(pickled.deps | shared.deps)
+    return Encoded(fd, deps, meta, files, bool(pickled.storages or deps))
 
 
 def _use_arena(arena: Arena, pickled: pickling.Pickled, shared: dedup.Plan) -> list:

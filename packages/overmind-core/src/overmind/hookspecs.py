@@ -145,7 +145,8 @@ def overmind_after_unpickle(result: Any, metadata: Mapping[str, Any]) -> Any:
     """Finish an object rebuilt from the cache (for example re-attach device guards).
 
     Every adapter gets its turn, in hook order: each one receives the object as the previous one left it
-    and returns a replacement, or ``None`` to keep it.
+    and returns a replacement, or ``None`` to keep it. A miss whose result holds no storage returns the
+    loader's own object, which is not rebuilt and so not passed here.
     """
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import functools
 import marshal
+import sys
 import threading
 import weakref
 from typing import Any, Callable
@@ -62,6 +63,12 @@ def _loose_tensors(d: dict, tensor_type: type) -> tuple:
             # a plain class (no metaclass, no __class__ override) answers isinstance by its type alone
             _not_tensor_types.add(t)
     return tuple(found)
+
+
+def tracked(obj: Any) -> bool:
+    """Whether :func:`remember_origin` would track ``obj`` (a torch module or tensor)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, (torch.Tensor, torch.nn.Module))
 
 
 def snapshot(obj: Any, describe_config: Callable[[Any], Any]) -> Any:

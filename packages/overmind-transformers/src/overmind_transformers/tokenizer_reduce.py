@@ -24,9 +24,32 @@ _BPE_PARAMS = ("dropout", "unk_token", "continuing_subword_prefix", "end_of_word
 _ADDED_FIELDS = ("single_word", "lstrip", "rstrip", "normalized", "special")
 
 
-def _split_backend(backend: Any, shared_merges: Any) -> tuple:
-    """``("json", text)`` or ``("bpe", shell_json, vocab, merges, params, added_tokens)`` for ``backend``."""
+def _split_backend_once(backend: Any, shared_merges: Any) -> tuple:
+    """:func:`_split_backend`, reused within one load for a backend whose serialised text is the same.
+
+    A pipeline's tokenizer is reduced for its own entry and again inside the pipeline's; the split is a function
+    of the text and of ``shared_merges`` alone, so an equal text and an equal ``_merges`` (of the same type) give
+    the same parts, except that a split holding the first tokenizer's own ``_merges`` list must hold this one's.
+    The memo lasts until no load runs (``overmind.loadscope``); the parts are only read, by the pickler.
+    """
+    from overmind import loadscope
+
     text = backend.to_str()
+    memo = loadscope.memo("overmind_transformers.tokenizer_split")
+    last = memo.get("last")
+    if last is not None and last[0] == text and type(last[1]) is type(shared_merges) and last[1] == shared_merges:
+        parts = last[2]
+        if parts[0] == "bpe" and parts[3] is last[1]:
+            parts = (*parts[:3], shared_merges, *parts[4:])  # what the split of this tokenizer holds
+        return parts
+    parts = _split_backend(text, shared_merges)
+    memo["last"] = (text, shared_merges, parts)
+    return parts
+
+
+def _split_backend(text: str, shared_merges: Any) -> tuple:
+    """``("json", text)`` or ``("bpe", shell_json, vocab, merges, params, added_tokens)`` for a backend's
+    ``to_str()`` text."""
     doc = json.loads(text)
     model = doc.get("model") or {}
     vocab, merges = model.get("vocab"), model.get("merges")
@@ -82,7 +105,7 @@ def reduce_fast_tokenizer(tok: Any):
     if wrapped_decode and not hasattr(type(tok), "_wrap_decode_method_backend_tokenizer"):
         return NotImplemented  # someone else's decode override: we would not know how to put it back
     rest = {k: v for k, v in state.items() if k != "_tokenizer"}
-    parts = _split_backend(backend, rest.get("_merges"))
+    parts = _split_backend_once(backend, rest.get("_merges"))
     return (rebuild_fast_tokenizer,
             (type(tok), parts, bool(backend.encode_special_tokens), wrapped_decode, extras, rest))
 

@@ -1,0 +1,124 @@
+"""After a publish, a miss returns the loader's own result where a rebuild from the entry would gain nothing.
+
+A rebuild shares the result's weights with other processes and lets provenance key a module or tensor by its
+entry later (``vae=vae``). A result with neither to gain (no storage at all, and not a module or tensor) comes
+back as the loader made it: the very object, which is the plain call's. Anything holding a storage, however
+small, is still rebuilt. Each case runs against a real server; the warm load in a fresh process equals the cold.
+"""
+from __future__ import annotations
+
+import torch
+
+import overmind
+from overmind.testing import overmind_mapped, run_fresh
+
+
+def settings_like(seed: int) -> dict:
+    """A tokenizer- or scheduler-like result: no storages at all."""
+    out = {"seed": seed, "names": [f"tok{i}" for i in range(50)], "table": {i: str(i) for i in range(20)}}
+    torch._overmind_test_kept = out
+    return out
+
+
+def with_small_tensor(seed: int) -> dict:
+    out = {"bias": torch.arange(16, dtype=torch.float32) + seed, "name": "small"}
+    torch._overmind_test_kept = out
+    return out
+
+
+def with_large_tensor(seed: int) -> dict:
+    out = {"weight": torch.full((512, 1024), float(seed)), "name": "large"}  # 2 MiB of the process's heap
+    torch._overmind_test_kept = out
+    return out
+
+
+def holding(seed: int) -> dict:
+    out = {"inner": overmind.load(with_small_tensor, seed), "note": "a pipeline-like result"}
+    torch._overmind_test_kept = out
+    return out
+
+
+def passing_through(inner: dict) -> dict:
+    out = {"inner": inner}
+    torch._overmind_test_kept = out
+    return out
+
+
+def a_module(seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    out = torch.nn.Linear(4, 3)
+    torch._overmind_test_kept = out
+    return out
+
+
+def _cold(fn, seed):
+    got = overmind.load(fn, seed)
+    return got, torch.__dict__.pop("_overmind_test_kept")
+
+
+def test_a_result_without_storages_is_the_loaders_own_object(overmind_runtime):
+    got, made = _cold(settings_like, 1)
+    assert got is made
+    again = overmind.load(settings_like, 1)  # a hit: rebuilt from the entry, equal
+    assert again is not made and again == made
+    assert "_overmind_test_kept" not in torch.__dict__  # the loader did not run
+
+
+def test_a_result_holding_any_storage_is_rebuilt(overmind_runtime):
+    got, made = _cold(with_small_tensor, 2)
+    assert got is not made
+    assert torch.equal(got["bias"], made["bias"]) and got["bias"].data_ptr() != made["bias"].data_ptr()
+    assert overmind_mapped(got["bias"].data_ptr())  # the entry's pages, shared
+
+
+def test_a_result_written_once_is_rebuilt_too(overmind_runtime):
+    got, made = _cold(with_large_tensor, 3)
+    assert got is not made and torch.equal(got["weight"], made["weight"])
+    assert overmind_mapped(got["weight"].data_ptr())
+
+
+def test_a_storage_referenced_in_another_entry_counts(overmind_runtime):
+    got, made = _cold(holding, 7)  # its only storage lives in the nested load's entry
+    assert got is not made and overmind_mapped(got["inner"]["bias"].data_ptr())
+
+
+def test_an_argument_is_no_storage_of_the_result(overmind_runtime):
+    inner = {"bias": torch.ones(3)}
+    got, made = _cold(passing_through, inner)  # recorded as a reference to the caller's argument
+    assert got is made and got["inner"] is inner
+
+
+def test_a_module_is_rebuilt_for_provenance(overmind_runtime):
+    from overmind import provenance
+
+    got, made = _cold(a_module, 4)
+    assert got is not made
+    assert provenance.origin_of(got) is not None  # keyed by its entry when passed to a later load
+    assert torch.equal(got.weight, made.weight)
+
+
+FRESH = """
+import torch, overmind
+from overmind.client import get_client
+from overmind.testing import report
+
+
+def settings_like(seed):
+    out = {"seed": seed, "names": [f"tok{i}" for i in range(50)], "table": {i: str(i) for i in range(20)}}
+    torch._overmind_test_kept = out
+    return out
+
+
+got = overmind.load(settings_like, 5)
+made = torch.__dict__.pop("_overmind_test_kept", None)
+report({"ran": made is not None, "same_object": got is made, "got": repr(got),
+        "hits": get_client().status()["hits"]})
+"""
+
+
+def test_the_cold_object_and_a_fresh_processs_hit_are_equal(overmind_runtime):
+    cold = run_fresh(FRESH)
+    warm = run_fresh(FRESH)
+    assert cold["ran"] and cold["same_object"]
+    assert not warm["ran"] and warm["hits"] > cold["hits"]
+    assert warm["got"] == cold["got"]
