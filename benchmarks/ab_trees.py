@@ -72,14 +72,14 @@ def main() -> None:
     facts = machine()
     tree_a = _worktree(args.rev)
     envs = {"A": {"PYTHONPATH": _pythonpath(tree_a), "BENCH_BREAKDOWN": "0"}, "B": {"BENCH_BREAKDOWN": "0"}}
-    for side, root in (("A", tree_a), ("B", ROOT)):  # each side imports its own tree's Overmind
-        where = subprocess.run([sys.executable, "-c", "import overmind; print(overmind.__file__)"], text=True,
-                               env={**os.environ, **envs[side]}, capture_output=True, check=True).stdout.strip()
-        if not where.startswith(os.path.join(root, "packages")):
-            _remove_worktree(tree_a)
-            sys.exit(f"ab_trees.py: side {side} imports {where}, not its tree's ({root}): an installed copy shadows it")
     samples: dict[str, list[float]] = {"A": [], "B": []}
     try:
+        for side, root in (("A", tree_a), ("B", ROOT)):  # each side imports its own tree's Overmind
+            where = subprocess.run([sys.executable, "-c", "import overmind; print(overmind.__file__)"], text=True,
+                                   env={**os.environ, **envs[side]}, capture_output=True, check=True).stdout.strip()
+            if not where.startswith(os.path.join(root, "packages")):
+                sys.exit(f"ab_trees.py: side {side} imports {where}, not its tree's ({root}): an installed copy "
+                         f"shadows it")
         with contextlib.ExitStack() as stack:
             warm_rt = {}
             if args.mode == "warm":
