@@ -12,7 +12,8 @@ def _round_trip(obj, arguments, rebuild_arguments=None):
     pickled = pickling.dumps(obj, reference_mapped=False, arguments=arguments)
     storages = {offset: storage for storage, offset in pickled.storages}
     return pickling.loads(pickled.skeleton, lambda where, offset, nbytes: storages[offset], pickled.pickler,
-                          arguments if rebuild_arguments is None else rebuild_arguments, pickled.argument_aliases)
+                          arguments if rebuild_arguments is None else rebuild_arguments, pickled.argument_aliases,
+                          pickled.argument_memo)
 
 
 def test_atoms_are_never_substituted_and_copies_are_not_the_argument():

@@ -1,9 +1,10 @@
-"""Which pickler pickling.dumps uses: without persistent_id (no Python call per string or int) unless an argument
-is a plain container, whose identity only persistent_id can see; both give the same rebuilt objects."""
+"""Which pickler pickling.dumps uses: without persistent_id (no Python call per string or int); a plain container
+the call was given is put in its memo first, so the result holding it refers to it by memo index."""
 from __future__ import annotations
 
 import pickletools
 
+import pytest
 import torch
 
 from overmind import pickling
@@ -39,11 +40,28 @@ def test_a_container_argument_held_by_the_result_is_the_callers_again():
     options = {"scale": 2}
     result = Holder(options=options, weight=torch.ones(2))
     p = pickling.dumps(result, arguments={"options": options})
-    assert "BINPERSID" in _opcodes(p.skeleton)  # the persistent_id pickler: only it sees a dict
+    # the fast pickler, the dict put in its memo first: the skeleton opens by filling memo index 0 (one persistent
+    # id) and refers to it there
+    ops = [op.name for op, _, _ in pickletools.genops(p.skeleton)]
+    assert ops[:5] == ["BININT", "TUPLE1", "BINPERSID", "MEMOIZE", "POP"] and ops.count("BINPERSID") == 1
+    assert "BINGET" in ops
+    assert p.argument_memo == [[["options"], "builtins.dict", True]]
     mine = {"scale": 2}
-    back = pickling.loads(p.skeleton, _source, p.pickler, arguments={"options": mine})
+    back = pickling.loads(p.skeleton, _source, p.pickler, arguments={"options": mine}, argument_memo=p.argument_memo)
     assert back.options is mine
     assert back.weight.shape == (2,)
+    # this call's object at that path must fit
+    with pytest.raises(pickling.arguments_ref.ArgumentMismatch):
+        pickling.loads(p.skeleton, _source, p.pickler, arguments={"options": [2]}, argument_memo=p.argument_memo)
+
+
+def test_a_container_argument_the_result_does_not_hold_is_not_looked_up():
+    options = {"scale": 2}
+    result = Holder(options=dict(options), weight=torch.ones(2))  # an equal dict, not the one passed
+    p = pickling.dumps(result, arguments={"options": options})
+    assert p.argument_memo == [[["options"], "builtins.dict", False]] and p.argument_aliases == []
+    back = pickling.loads(p.skeleton, _source, p.pickler, arguments={}, argument_memo=p.argument_memo)
+    assert back.options == options and back.options is not options
 
 
 def test_resources_are_refused_without_persistent_id():

@@ -1,8 +1,8 @@
 """Property tests of pickling.dumps/loads: both C picklers rebuild the same objects (issue 12's fast path).
 
 ``dumps`` pickles with ``_FastPickler`` (no ``persistent_id``: storages and arguments answered in
-``reducer_override``) unless an argument is a plain container, when the ``persistent_id`` pickler (``_CPickler``)
-runs. Hypothesis generates object graphs (nested containers of atoms, floats by their bits; tensors of six dtypes
+``reducer_override``, plain containers the call was given put in its memo first, so the skeleton refers to them by
+memo index); the ``persistent_id`` pickler (``_CPickler``) serves the rest, and is forced here to compare. Hypothesis generates object graphs (nested containers of atoms, floats by their bits; tensors of six dtypes
 with views sharing one storage, reinterpreted dtypes, expanded and as_strided views, grads; Parameters; Linear
 and Sequential modules, tied and repeated; instances with ``__dict__``, ``__slots__``, ``__reduce__`` or only an
 adapter's reducer; IntEnum, ``str`` and ``int`` subclasses; self-cycles) and the call's ``arguments``: objects
@@ -439,16 +439,16 @@ def _reducers(tensor_reducer: bool) -> dict:
     return table
 
 
-def _roundtrip(case: Case, mode: str, reducers: dict, expect: str,
+def _roundtrip(case: Case, mode: str, reducers: dict, expect: list[str],
                fresh: dict) -> tuple[pickling.Pickled, Any, Any]:
     """One dump, and the graph rebuilt from it with the caller's own arguments and with ``fresh`` ones."""
     _RAN.clear()
     with _pickler(mode):
         p = pickling.dumps(case.root, reducers, arguments=case.arguments)
-    assert (_RAN, p.pickler) == ([expect], "pickle"), "the wrong pickler ran (or dill did)"
+    assert (_RAN, p.pickler) == (expect, "pickle"), "the wrong pickler ran (or dill did)"
     source = _source(p)
-    own = pickling.loads(p.skeleton, source, p.pickler, case.arguments, p.argument_aliases)
-    other = pickling.loads(p.skeleton, source, p.pickler, fresh, p.argument_aliases)
+    own = pickling.loads(p.skeleton, source, p.pickler, case.arguments, p.argument_aliases, p.argument_memo)
+    other = pickling.loads(p.skeleton, source, p.pickler, fresh, p.argument_aliases, p.argument_memo)
     return p, own, other
 
 
@@ -588,7 +588,8 @@ def assert_rebuilt(original, rebuilt, expected: dict[int, Any], grads: bool) -> 
     same.storages_shared_alike()
 
 
-def _check(case: Case, mode: str, tensor_reducer: bool, expect: str, fresh: dict) -> tuple[pickling.Pickled, Any]:
+def _check(case: Case, mode: str, tensor_reducer: bool, expect: list[str],
+           fresh: dict) -> tuple[pickling.Pickled, Any]:
     p, own, other = _roundtrip(case, mode, _reducers(tensor_reducer), expect, fresh)
     # properties 1, 2 and 3 (the caller's own arguments back)
     assert_rebuilt(case.root, own, _expected(case.arguments, case.arguments), tensor_reducer)
@@ -603,8 +604,8 @@ def _check(case: Case, mode: str, tensor_reducer: bool, expect: str, fresh: dict
 @given(case=cases(containers=False), tensor_reducer=st.sampled_from([True, False]))
 def test_both_picklers_rebuild_the_graph_and_agree(case, tensor_reducer):
     fresh = _fresh(case.arguments, {})
-    fast, by_fast = _check(case, "auto", tensor_reducer, "fast", fresh)
-    persistent, by_persistent_id = _check(case, "persistent_id", tensor_reducer, "persistent_id", fresh)
+    fast, by_fast = _check(case, "auto", tensor_reducer, ["fast"], fresh)
+    persistent, by_persistent_id = _check(case, "persistent_id", tensor_reducer, ["persistent_id"], fresh)
     # 4: the two rebuilds are the same graph, holding the same (fresh) argument objects; the two dumps place
     # the same bytes and name the same argument aliases (which loads checks)
     assert_rebuilt(by_fast, by_persistent_id, _expected(fresh, fresh), tensor_reducer)
@@ -613,5 +614,43 @@ def test_both_picklers_rebuild_the_graph_and_agree(case, tensor_reducer):
 
 @SETTINGS
 @given(case=cases(containers=True), tensor_reducer=st.sampled_from([True, False]))
-def test_a_container_argument_takes_the_persistent_id_pickler(case, tensor_reducer):
-    _check(case, "auto", tensor_reducer, "persistent_id", _fresh(case.arguments, {}))
+def test_container_arguments_take_the_fast_pickler_and_both_picklers_agree(case, tensor_reducer):
+    # Plain containers the call was given go into the fast pickler's memo: where the result holds one, the rebuild
+    # holds this call's own (property 3, in _check), exactly as the persistent_id pickler's references do.
+    held: list = []  # the containers the persistent_id pickler references: those the result holds
+    reference = pickling.arguments_ref.ArgumentIndex.reference
+
+    def spy(index, obj):
+        pid = reference(index, obj)
+        if pid is not None and type(obj) in (list, tuple, dict, set, frozenset, bytearray):
+            held.append(pid[1])
+        return pid
+
+    fresh = _fresh(case.arguments, {})
+    fast, by_fast = _check(case, "auto", tensor_reducer, ["fast"], fresh)
+    with mock.patch.object(pickling.arguments_ref.ArgumentIndex, "reference", spy):
+        persistent, by_persistent_id = _check(case, "persistent_id", tensor_reducer, ["persistent_id"], fresh)
+    assert_rebuilt(by_fast, by_persistent_id, _expected(fresh, fresh), tensor_reducer)
+    # "may refer" errs towards yes only: every container the result holds is marked, so it is resolved and checked
+    may_refer = {tuple(path) for path, _type, may in fast.argument_memo if may}
+    assert set(held) <= may_refer
+
+
+def test_the_fast_pickler_serves_a_container_argument_held_or_not():
+    # The blog's pipeline call: controlnet=[edge, depth] is a list the pipeline does not keep (it keeps the
+    # modules, which are referenced); a result that keeps the list itself gets the caller's list back.
+    edge, depth = torch.nn.Linear(2, 2), torch.nn.Linear(2, 3)
+    result = {"nets": torch.nn.ModuleList([edge, depth]), "w": torch.ones(3)}
+    arguments = {"controlnet": [edge, depth], "config": {"a": 1}}
+    for keeps in (False, True):
+        if keeps:
+            result["kept"] = arguments["controlnet"]
+        _RAN.clear()
+        with _pickler("auto"):
+            p = pickling.dumps(result, _reducers(True), arguments=arguments)
+        assert _RAN == ["fast"]
+        assert [used for _p, _t, used in p.argument_memo] == [keeps, False]
+        mine = {"controlnet": [edge, depth], "config": {"a": 1}}
+        back = pickling.loads(p.skeleton, _source(p), p.pickler, mine, p.argument_aliases, p.argument_memo)
+        assert back["nets"][0] is edge and back["nets"][1] is depth
+        assert ("kept" in back) == keeps and (not keeps or back["kept"] is mine["controlnet"])

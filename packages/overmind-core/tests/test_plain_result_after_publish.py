@@ -1,9 +1,11 @@
 """After a publish, a miss returns the loader's own result where a rebuild from the entry would gain nothing.
 
 A rebuild shares the result's weights with other processes and lets provenance key a module or tensor by its
-entry later (``vae=vae``). A result with neither to gain (no storage at all, and not a module or tensor) comes
-back as the loader made it: the very object, which is the plain call's. Anything holding a storage, however
-small, is still rebuilt. Each case runs against a real server; the warm load in a fresh process equals the cold.
+entry later (``vae=vae``). A result with neither to gain comes back as the loader made it: the very object, which
+is the plain call's. That is a result that is not a module or tensor and whose storages, if any, all lie where
+this process already shares them (an entry it maps: a nested load's result; a checkpoint file's pages). Any
+storage with its bytes in the entry itself, however small, and the result is rebuilt. Each case runs against a
+real server; the warm load in a fresh process equals the cold.
 """
 from __future__ import annotations
 
@@ -77,9 +79,49 @@ def test_a_result_written_once_is_rebuilt_too(overmind_runtime):
     assert overmind_mapped(got["weight"].data_ptr())
 
 
-def test_a_storage_referenced_in_another_entry_counts(overmind_runtime):
-    got, made = _cold(holding, 7)  # its only storage lives in the nested load's entry
-    assert got is not made and overmind_mapped(got["inner"]["bias"].data_ptr())
+def holding_and_owning(seed: int) -> dict:
+    out = {"inner": overmind.load(with_small_tensor, seed), "own": torch.full((4,), float(seed))}
+    torch._overmind_test_kept = out
+    return out
+
+
+def holding_a_file_mapping(path: str) -> dict:
+    from safetensors.torch import load_file
+
+    out = {"weights": load_file(path), "note": "a pipeline-like result of a lazy checkpoint load"}
+    torch._overmind_test_kept = out
+    return out
+
+
+def test_a_result_whose_storages_all_lie_in_a_nested_entry_is_the_loaders_own_object(overmind_runtime):
+    # a pipeline of components loaded by nested loads: their storages are already the nested entries' pages
+    got, made = _cold(holding, 7)
+    assert got is made
+    assert overmind_mapped(got["inner"]["bias"].data_ptr())  # the nested load's rebuild, shared
+    again = overmind.load(holding, 7)  # a hit: rebuilt from the entries, equal
+    assert again is not made and torch.equal(again["inner"]["bias"], made["inner"]["bias"])
+    assert overmind_mapped(again["inner"]["bias"].data_ptr()) and "_overmind_test_kept" not in torch.__dict__
+
+
+def test_one_storage_of_its_own_and_the_result_is_rebuilt(overmind_runtime):
+    got, made = _cold(holding_and_owning, 8)
+    assert got is not made
+    assert torch.equal(got["own"], made["own"]) and overmind_mapped(got["own"].data_ptr())
+    assert torch.equal(got["inner"]["bias"], made["inner"]["bias"])
+
+
+def test_a_result_whose_storages_are_checkpoint_pages_is_the_loaders_own_object(overmind_runtime, tmp_path):
+    from safetensors.torch import save_file
+
+    from overmind.testing import mapped_path
+
+    path = str(tmp_path / "model.safetensors")
+    save_file({"w": torch.arange(4096, dtype=torch.float32), "b": torch.ones(2048)}, path)
+    got, made = _cold(holding_a_file_mapping, path)
+    assert got is made  # its tensors are the checkpoint's pages already, referenced by the entry
+    assert all(mapped_path(t.untyped_storage().data_ptr()) == path for t in got["weights"].values())
+    again = overmind.load(holding_a_file_mapping, path)
+    assert again is not made and all(torch.equal(again["weights"][k], made["weights"][k]) for k in made["weights"])
 
 
 def test_an_argument_is_no_storage_of_the_result(overmind_runtime):

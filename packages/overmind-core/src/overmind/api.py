@@ -3,8 +3,9 @@
 A hit maps the entry (and the entries it references) copy-on-write and unpickles the skeleton. A miss
 runs the loader here, pickles the result with its storages out of band, writes a sealed memfd, publishes
 it, and returns the object rebuilt from that memfd, so this process shares the weights too and a later
-load that is given this object (``vae=vae``) references its entry instead of copying it; a result without
-storages (a tokenizer, a scheduler) is returned as the loader made it.
+load that is given this object (``vae=vae``) references its entry instead of copying it; a result that would
+gain nothing by it (a tokenizer, a scheduler, a pipeline of components loaded by nested loads) is returned as
+the loader made it.
 
 Whatever goes wrong on Overmind's side, the caller gets the plain loader's result and one
 :class:`~overmind.fallback.OvermindWarning` naming the cause and the fix (:mod:`.fallback`). Exceptions raised
@@ -238,11 +239,14 @@ def _plain_result_will_do(result: Any, encoded: entry.Encoded) -> bool:
 
     Rebuilding serves two ends: the process then shares the result's weights with the others (the loader's
     heap copies are freed), and a module or tensor rebuilt from an entry is keyed by that entry when it is
-    passed to a later load (``provenance.py``). A result that holds no storage at all (a tokenizer, a
-    scheduler, a config) gains neither, and its rebuild is pure cost (a pipeline's tokenizer: ~60 ms, when
-    the pipeline's components are loaded): it is returned as the loader made it, the plain call's own object.
+    passed to a later load (``provenance.py``). A result that gains neither is returned as the loader made
+    it, the plain call's own object: one that is not a module or tensor, and whose storages (if any) all lie
+    where this process already shares them with the others, in the pages of an entry it maps or of a
+    checkpoint file. That is a tokenizer, a scheduler or a config (no storage: ~60 ms for a pipeline's
+    tokenizer), and a pipeline whose components came from nested loads (their entries' pages: ~0.14 s for the
+    blog's pipeline). A result with any storage of its own in the entry, however small, is rebuilt.
     """
-    return not encoded.holds_storages and not provenance.tracked(result)
+    return not encoded.owns_storages and not provenance.tracked(result)
 
 
 _COPY_INSTEAD = ("dep missing", "file changed")

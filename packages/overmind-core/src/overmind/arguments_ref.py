@@ -117,7 +117,7 @@ def _children(value: Any) -> list[tuple[Any, Any]]:
     return []  # only plain containers are looked into; any other object is one argument as a whole
 
 
-def resolve(arguments: dict[str, Any] | None, path: Iterable, expected_type: str) -> Any:
+def resolve(arguments: Mapping[str, Any] | None, path: Iterable, expected_type: str) -> Any:
     """The current call's object at ``path``; :class:`ArgumentMismatch` if it is absent or of another type."""
     path = tuple(path)
     if not arguments or not path or path[0] not in arguments:

@@ -36,8 +36,10 @@ class Encoded:
     # (description, read-only fd) of each checkpoint file whose pages the entry references (``shm.filemaps``);
     # the caller closes the fds too
     files: list[tuple[dict[str, Any], int]] = field(default_factory=list)
-    # whether the result holds any storage (written, in place, or referenced in another entry or a file)
-    holds_storages: bool = True
+    # whether any storage of the result has its bytes in this entry's own data region (written, in place, or
+    # deduplicated into another entry), rather than referenced where this process already maps them (an entry's
+    # or a checkpoint file's pages)
+    owns_storages: bool = True
 
 
 def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = None, *,
@@ -67,6 +69,8 @@ def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = N
             "adapters": adapters_meta}
     if pickled.argument_aliases:
         meta["argument_aliases"] = pickled.argument_aliases
+    if pickled.argument_memo:
+        meta["argument_memo"] = pickled.argument_memo
     # Storages whose bytes an entry already holds are referenced there, not written (dedup.py).
     shared = dedup.plan(pickled.storages) if reference_mapped else dedup.Plan(list(pickled.storages))
     meta.update(shared.meta)
@@ -84,7 +88,7 @@ def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = N
             os.close(file_fd)
         raise
     deps = sorted(pickled.deps | shared.deps)
-    return Encoded(fd, deps, meta, files, bool(pickled.storages or deps))
+    return Encoded(fd, deps, meta, files, bool(pickled.storages))
 
 
 def _use_arena(arena: Arena, pickled: pickling.Pickled, shared: dedup.Plan) -> list:
@@ -139,7 +143,7 @@ def _decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None) 
 
     skeleton = own.skeleton()
     obj = pickling.loads(skeleton, redirects.wrap(storage_source), meta.get("pickler", "pickle"), arguments,
-                         list(meta.get("argument_aliases") or ()))
+                         list(meta.get("argument_aliases") or ()), list(meta.get("argument_memo") or ()))
     obj = hooks.after_unpickle(obj, adapters_meta)
     if arguments_ref.ArgumentIndex(arguments).path_of(obj) is None:
         # (an argument returned as it was keeps its own origin)

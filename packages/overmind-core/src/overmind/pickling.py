@@ -12,13 +12,18 @@ caller's objects again on rebuild (see :mod:`.arguments_ref`). Open files, socke
 like are refused (see :mod:`.resources`). Pickling runs on a helper thread whose C stack fits the
 recursion limit (see :mod:`.deepstack`), so a deep graph falls back instead of crashing.
 
-The C pickler is tried first (fast), without a ``persistent_id`` method where it can be: that method is called
-for every object, strings and ints included (hundreds of thousands for a 49k-entry tokenizer vocabulary), while
-``reducer_override`` is never asked about atoms and plain containers. Storages, arguments and resources are never
-of those types, so ``reducer_override`` answers them with the reduce ``_persistent(pid)``, which :func:`loads`
-resolves to its storage loader. Only when an argument is itself a plain container (a dict or list the result
-may hold) does the ``persistent_id`` pickler run instead. Objects the C pickler cannot handle (lambdas, local
-classes) send the whole graph through dill. A dill dump is read with dill's unpickler, any other with the C unpickler.
+The C pickler is tried first (fast), without a ``persistent_id`` method: that method is called for every object,
+strings and ints included (hundreds of thousands for a 49k-entry tokenizer vocabulary), while ``reducer_override``
+is never asked about atoms and plain containers. Storages, arguments and resources are never of those types, so
+``reducer_override`` answers them with the reduce ``_persistent(pid)``, which :func:`loads` resolves to its
+storage loader. An argument that is itself a plain container (``controlnet=[a, b]``) is never shown to
+``reducer_override``, but the C pickler looks every object up in its memo before it saves it: the containers the
+call was given are put in the memo before the dump (indexes 0..k-1), so where the result holds one, the skeleton
+holds a memo reference to it (``BINGET i``); the skeleton's first opcodes fill those memo indexes with this
+call's objects at the same paths on rebuild (:func:`_memo_prefix`, ``Pickled.argument_memo``). Only an argument
+of a type the pickler does not memoize (a ``PickleBuffer``) takes the ``persistent_id`` pickler. Objects the C
+pickler cannot handle (lambdas, local classes) send the whole graph through dill, with ``persistent_id``. A dill
+dump is read with dill's unpickler, any other with the C unpickler.
 """
 from __future__ import annotations
 
@@ -57,6 +62,9 @@ class Pickled:
     # Offsets (in the data region) of the storages already in the load arena's memfd (shm/arena.py): placed,
     # never written.
     in_place: set[int] = field(default_factory=set)
+    # The container arguments put in the pickler's memo before the dump, in memo order: [path, type name, whether
+    # the skeleton may refer to it]; loads() puts this call's objects there (JSON-ready, for the entry's meta).
+    argument_memo: list = field(default_factory=list)
 
 
 class _StorageTable:
@@ -124,6 +132,8 @@ class _Reducers:
 
 def _pickler_class(base: type) -> type:
     class OvermindPickler(base):
+        takes_containers = False  # persistent_id names them
+
         def __init__(self, file, table: _StorageTable, reducers: _Reducers):
             super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
             self._table = table
@@ -144,9 +154,13 @@ _DillPickler = _pickler_class(dill.Pickler)
 
 # Types the C pickler saves itself, asking reducer_override nothing (CPython 3.11 _pickle.c ``save``: None,
 # bools, exact int, float, bytes, str, dict, set, frozenset, list, tuple, bytearray, PickleBuffer). Only
-# persistent_id sees them; an argument of one of these types needs the persistent_id pickler.
+# persistent_id sees them.
 _NOT_OVERRIDDEN = frozenset({type(None), bool, int, float, bytes, str, dict, set, frozenset, list, tuple,
                              bytearray, pickle.PickleBuffer})
+# Of those, the ones an argument can be (arguments_ref indexes no atoms) that _pickle.c ``save`` looks up in the memo
+# before saving (all but None, bools, ints and floats): put there first, such an argument is written as a memo
+# reference. Any other (a PickleBuffer) takes the persistent_id pickler.
+_MEMO_LOOKED_UP = frozenset({dict, list, tuple, set, frozenset, bytearray})
 
 _PLAIN, _UNTYPED, _TYPED, _REFUSED = 0, 1, 2, 3  # what _FastPickler does with a type (cached per type)
 
@@ -165,6 +179,8 @@ class _FastPickler(pickle.Pickler):
     ``_persistent(pid)``; the pickler memoizes it, so a storage met again costs a memo lookup. Only usable when
     no argument is of a :data:`_NOT_OVERRIDDEN` type (reducer_override never sees those).
     """
+
+    takes_containers = True  # the call's plain containers go into its memo before the dump (see the module doc)
 
     def __init__(self, file, table: _StorageTable, reducers: _Reducers):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
@@ -232,14 +248,21 @@ def dumps(obj: Any, reducers: Mapping[type, Any] | tuple[()] = (), reference_map
 def _dumps(obj: Any, reducer_table: _Reducers, reference_mapped: bool,
            index: arguments_ref.ArgumentIndex, arena: Arena | None) -> Pickled:
     first_error: Exception | None = None
-    fast = not any(type(o) in _NOT_OVERRIDDEN for o in index._objects)
-    for name, cls in (("pickle", _FastPickler if fast else _CPickler), ("dill", _DillPickler)):
+    containers = [o for o in index._objects if type(o) in _NOT_OVERRIDDEN]  # reducer_override never sees these
+    fast = all(type(o) in _MEMO_LOOKED_UP for o in containers)
+    picklers: list[tuple[str, Any]] = [("pickle", _FastPickler if fast else _CPickler), ("dill", _DillPickler)]
+    for name, cls in picklers:
         index.used = set()
         placer = Placer(reference_mapped, arena)
         table = _StorageTable(placer, index)
         buf = io.BytesIO()
         try:
-            cls(buf, table, reducer_table).dump(obj)
+            pickler = cls(buf, table, reducer_table)
+            if cls.takes_containers and containers:
+                # memo indexes 0..k-1 (see the module doc); the skeleton's first opcodes fill them on rebuild
+                buf.write(_memo_prefix(len(containers)))
+                pickler.memo = {id(c): (i, c) for i, c in enumerate(containers)}
+            pickler.dump(obj)
         except RecursionError:
             raise  # dill recurses deeper still
         except _Refused as e:
@@ -249,9 +272,27 @@ def _dumps(obj: Any, reducer_table: _Reducers, reference_mapped: bool,
             if name == "dill":
                 raise PicklingFailed(obj, e, first_error) from e
             continue
-        return Pickled(buf.getvalue(), placer.storages, placer.data_len, placer.deps, name, index.alias_groups(),
-                       placer.in_place)
+        skeleton = buf.getvalue()
+        memo = _argument_memo(skeleton, containers, index) if cls.takes_containers else []
+        return Pickled(skeleton, placer.storages, placer.data_len, placer.deps, name, index.alias_groups(),
+                       placer.in_place, memo)
     raise AssertionError("unreachable")
+
+
+def _argument_memo(skeleton: bytes, containers: list, index: arguments_ref.ArgumentIndex) -> list:
+    """``Pickled.argument_memo`` for the containers put in the fast pickler's memo. Whether the skeleton refers to
+    memo index i is read off its bytes: the pickler writes ``BINGET i`` (i < 256) or ``LONG_BINGET i``; those bytes
+    may also occur inside other data, so "may refer" errs towards yes (a referred one is checked on rebuild, and
+    is one of the paths the entry uses)."""
+    out = []
+    for i, c in enumerate(containers):
+        get = (pickle.BINGET + bytes([i])) if i < 256 else (pickle.LONG_BINGET + i.to_bytes(4, "little"))
+        used = get in skeleton
+        path = index.path_of(c)
+        if used:
+            index.used.add(path)  # type: ignore[arg-type]  # every container here was indexed, so has a path
+        out.append([list(path), arguments_ref.type_name(c), used])  # type: ignore[arg-type]
+    return out
 
 
 class PicklingFailed(OvermindError):
@@ -302,10 +343,11 @@ class _StorageLoader:
     argument references with the current call's objects."""
 
     def __init__(self, storage_source: Callable[[Any, int, int], torch.UntypedStorage],
-                 arguments: Mapping[str, Any] | None = None):
+                 arguments: Mapping[str, Any] | None = None, memo_arguments: list | tuple[()] = ()):
         self._source = storage_source
         self._built: dict[tuple, torch.UntypedStorage] = {}
         self._arguments = arguments
+        self._memo_arguments = memo_arguments  # what _memo_prefix's (i,) ids stand for
 
     def __call__(self, pid):
         # Called once per storage of the entry (~1,800 for a pipeline): the common kind first.
@@ -320,6 +362,10 @@ class _StorageLoader:
                 self._built[ident] = untyped
             return untyped if dtype is None else _wrap(untyped, dtype)
         kind = pid[0]
+        if type(kind) is int:
+            if kind >= len(self._memo_arguments):
+                raise pickle.UnpicklingError("the skeleton refers to a container argument: pass its argument_memo")
+            return self._memo_arguments[kind]
         if kind == "arg":
             _, path, type_name = pid
             return arguments_ref.resolve(self._arguments, path, type_name)
@@ -356,14 +402,30 @@ _DillUnpickler = _unpickler_class(dill.Unpickler)
 
 
 def loads(skeleton, storage_source: Callable[[Any, int, int], torch.UntypedStorage], pickler: str = "pickle",
-          arguments: Mapping[str, Any] | None = None, argument_aliases: list | tuple[()] = ()) -> Any:
+          arguments: Mapping[str, Any] | None = None, argument_aliases: list | tuple[()] = (),
+          argument_memo: list | tuple[()] = ()) -> Any:
     """Rebuild an object from ``skeleton``; ``storage_source(where, offset, nbytes)`` gives each storage.
 
     ``pickler`` is :attr:`Pickled.pickler` of the dump: a dill dump is read with dill's unpickler, which
     resolves the classes dill pickled by value. ``arguments`` are this call's bound arguments, and
-    ``argument_aliases`` the dump's :attr:`Pickled.argument_aliases`: the objects the skeleton names as
-    arguments are taken from there (:class:`~overmind.arguments_ref.ArgumentMismatch` if they do not fit).
+    ``argument_aliases`` and ``argument_memo`` the dump's :attr:`Pickled.argument_aliases` and
+    :attr:`Pickled.argument_memo`: the objects the skeleton names as arguments are taken from there
+    (:class:`~overmind.arguments_ref.ArgumentMismatch` if they do not fit).
     """
     arguments_ref.check_aliases(arguments, argument_aliases)
     cls = _DillUnpickler if pickler == "dill" else _CUnpickler
-    return cls(io.BytesIO(skeleton), _StorageLoader(storage_source, arguments)).load()
+    # this call's containers for the memo indexes the dump gave the first call's (one the skeleton cannot refer to
+    # is a placeholder that keeps the numbering)
+    memo_arguments = [arguments_ref.resolve(arguments, path, type_name) if used else None
+                      for path, type_name, used in argument_memo]
+    return cls(io.BytesIO(skeleton), _StorageLoader(storage_source, arguments, memo_arguments)).load()
+
+
+def _memo_prefix(count: int) -> bytes:
+    """The skeleton's first opcodes where ``count`` containers were put in the pickler's memo: they fill the
+    unpickler's memo at indexes 0..count-1, each through the persistent id ``(i,)`` (:class:`_StorageLoader` answers
+    it with this call's container), so the skeleton is one whole pickle stream. (The C unpickler's ``memo`` setter
+    would be the direct way, but CPython 3.11's drops what it is given: the values go into the memo it then
+    replaces.)"""
+    return b"".join(pickle.BININT + i.to_bytes(4, "little", signed=True) + pickle.TUPLE1 + pickle.BINPERSID
+                    + pickle.MEMOIZE + pickle.POP for i in range(count))
