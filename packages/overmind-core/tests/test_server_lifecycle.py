@@ -133,6 +133,19 @@ def test_sigterm_stops_the_server_cleanly(overmind_runtime):
         assert "stopping: signal SIGTERM" in f.read()
 
 
+def test_the_spawned_server_runs_without_site_and_imports_no_third_party_package(overmind_runtime):
+    # python -S: no .pth processing (an editable install's finder), no sitecustomize; overmind comes from
+    # PYTHONPATH (launcher.server_env), and the server needs nothing from site-packages.
+    pid = Client().status()["pid"]
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        argv = f.read().split(b"\0")
+    assert argv[1:4] == [b"-S", b"-m", b"overmind.server"], argv
+    with open(f"/proc/{pid}/maps") as f:
+        mapped = f.read()
+    assert "site-packages" not in mapped.replace(os.path.dirname(os.path.dirname(__import__("overmind").__file__)),
+                                                 "<overmind>"), "the server mapped a third-party extension"
+
+
 def test_failed_start_raises_server_unavailable_with_the_log_tail(overmind_runtime, monkeypatch):
     monkeypatch.setenv("PYTHONHOME", "/nonexistent")  # the server's interpreter cannot start (a bad setting no longer stops it)
     with pytest.raises(ServerUnavailable) as info:
