@@ -38,3 +38,34 @@ def test_one_written_page_among_many_untouched_is_seen_and_one_in_a_gap_is_not()
     raw = struct.pack(f"<{n}Q", *entries)
     assert mappings._written_pages(raw, 100, [(100, 100 + n - 1)])
     assert not mappings._written_pages(raw, 100, [(100, 100 + 4320), (100 + 4322, 100 + n - 1)])
+
+
+def test_a_forked_child_reads_its_own_pages_not_its_parents(tmp_path):
+    # The pagemap fd is opened once per process: a child must never read its parent's (whose page is still the
+    # file's while the child's copy-on-write page holds other bytes).
+    import mmap
+    import os
+
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"\1" * (4 * mmap.PAGESIZE))
+    with open(path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    buf = (mmap.PAGESIZE * 4 * __import__("ctypes").c_char).from_buffer(mm)
+    ptr = __import__("ctypes").addressof(buf)
+    assert mm[0] == 1 and mappings.all_pristine([(ptr, 4 * mmap.PAGESIZE)])  # the parent's fd is open now
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: write one page, then ask
+        try:
+            mm[mmap.PAGESIZE] = 2
+            seen = mappings.all_pristine([(ptr, 4 * mmap.PAGESIZE)])
+            os.write(w, b"clean" if seen else b"written")
+        finally:
+            os._exit(0)
+    os.close(w)
+    answer = os.read(r, 16)
+    os.waitpid(pid, 0)
+    assert answer == b"written", "the child read its parent's pagemap"
+    assert mappings.all_pristine([(ptr, 4 * mmap.PAGESIZE)])  # the parent's pages are untouched
+    del buf
+    mm.close()

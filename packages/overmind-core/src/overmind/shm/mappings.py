@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import mmap
+import os
 import threading
 import weakref
 from typing import TYPE_CHECKING, NamedTuple
@@ -106,18 +107,33 @@ def all_pristine(ranges: list[tuple[int, int]]) -> bool:
     if not spans:
         return True
     try:
-        with open("/proc/self/pagemap", "rb", buffering=0) as f:
-            for span in spans:
-                first, last = span[0], span[1]
-                f.seek(first * 8)
-                raw = f.read((last - first + 1) * 8)
-                if len(raw) != (last - first + 1) * 8:
-                    return False
-                if _written_pages(raw, first, span[2:]):
-                    return False
+        fd = _pagemap_fd()
+        for span in spans:
+            first, last = span[0], span[1]
+            raw = os.pread(fd, (last - first + 1) * 8, first * 8)
+            if len(raw) != (last - first + 1) * 8:
+                return False
+            if _written_pages(raw, first, span[2:]):
+                return False
     except OSError:
         return False  # cannot tell: copy the bytes rather than risk referencing modified ones
     return True
+
+
+_pagemap: tuple[int, int] | None = None  # (pid that opened it, fd of its /proc/self/pagemap)
+
+
+def _pagemap_fd() -> int:
+    """This process's pagemap, opened once (a cold pipeline asks ~2,700 times: an open and a close each cost more
+    than the read). Kept with the pid that opened it: a child forked by any means (``os.fork``, or a C library's
+    ``fork()`` that runs no Python hook) opens its own, never reading its parent's pages as its own."""
+    global _pagemap
+    pid = os.getpid()
+    with _lock:
+        if _pagemap is None or _pagemap[0] != pid:
+            # (a child leaves the fd it inherited open: by now that number may be another file of its own)
+            _pagemap = (pid, os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC))
+        return _pagemap[1]
 
 
 # The top byte of a pagemap entry (little-endian u64) holds bit 63 (present), 62 (swapped) and 61 (file page or
