@@ -55,14 +55,22 @@ def _split_backend(text: str, shared_merges: Any) -> tuple:
     vocab, merges = model.get("vocab"), model.get("merges")
     if model.get("type") != "BPE" or not isinstance(vocab, dict) or not isinstance(merges, list):
         return ("json", text)
-    merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in merges]
-    if isinstance(shared_merges, list) and shared_merges == merges:
-        merges = shared_merges  # CLIP keeps the same list on the tokenizer: pickle it once
+    pairs = all(type(m) is list and len(m) == 2 for m in merges)  # what tokenizers >= 0.20 writes
+    if not pairs:
+        merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in merges]
+    if isinstance(shared_merges, list) and shared_merges == (
+            [(a, b) for a, b in merges] if pairs else merges):
+        merges = shared_merges  # CLIP keeps the same list on the tokenizer (transformers 4.x): pickle it once
     else:
         # The halves of a merge are tokens of the vocab: made the vocab's own string objects, the pickle holds
         # each once (a memo reference in the merges), and a rebuild creates 98k fewer strings (~5 ms for CLIP).
+        # One pass over 48k merges, not two (a cold load reduces a CLIP tokenizer once per entry holding it).
         same = {k: k for k in vocab}
-        merges = [(same.get(m[0], m[0]), same.get(m[1], m[1])) if len(m) == 2 else m for m in merges]
+        get = same.get
+        if pairs:
+            merges = [(get(a, a), get(b, b)) for a, b in merges]
+        else:
+            merges = [(get(m[0], m[0]), get(m[1], m[1])) if len(m) == 2 else m for m in merges]
     params = {k: model[k] for k in _BPE_PARAMS if k in model}
     added = doc.get("added_tokens") or []
     shell = dict(doc, added_tokens=[], model=dict(model, vocab={}, merges=[]))
