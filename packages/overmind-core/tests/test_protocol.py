@@ -31,8 +31,9 @@ def pair():
     b.close()
 
 
-def test_protocol_version_is_3():
-    assert PROTOCOL_VERSION == 3  # 2: publish replies like a get hit; 3: publish carries checkpoint files' fds
+def test_protocol_version_is_4():
+    # 2: publish replies like a get hit; 3: publish carries checkpoint files' fds; 4: skeletons with an argument memo
+    assert PROTOCOL_VERSION == 4
 
 
 def test_roundtrip_without_fds(pair):

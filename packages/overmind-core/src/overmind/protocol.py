@@ -25,7 +25,9 @@ from .errors import OvermindError
 # server of different versions refuse each other at hello with a message naming the fix ('overmind stop').
 # 3: file entries (issue 12): a publish may carry read-only fds of checkpoint files (``files``) whose pages its
 # storages reference, and a hit's fds then include those files' (ids starting with ``FILE_ENTRY_PREFIX``).
-PROTOCOL_VERSION = 3
+# 4: a skeleton may open with opcodes that fill the unpickler's memo from the call's container arguments
+# (``pickling.Pickled.argument_memo``, in the entry's meta): a client of version 3 would fail to rebuild it.
+PROTOCOL_VERSION = 4
 MAX_FDS_PER_FRAME = 250
 # A frame is a control message, never bulk data (bulk data travels as memfds), so a large length means a
 # confused or hostile peer: refuse it rather than allocate it.
