@@ -176,8 +176,9 @@ class _FastPickler(pickle.Pickler):
 
     What :class:`_StorageTable.persistent_id` answers is answered in ``reducer_override`` instead (storages,
     arguments and refused resources are never of the :data:`_NOT_OVERRIDDEN` types), as the reduce
-    ``_persistent(pid)``; the pickler memoizes it, so a storage met again costs a memo lookup. Only usable when
-    no argument is of a :data:`_NOT_OVERRIDDEN` type (reducer_override never sees those).
+    ``_persistent(pid)``; the pickler memoizes it, so a storage met again costs a memo lookup. An argument of a
+    :data:`_NOT_OVERRIDDEN` type, which reducer_override never sees, is put in its memo before the dump
+    (:func:`_dumps`); only one of a type :data:`_MEMO_LOOKED_UP` leaves out needs the persistent_id pickler.
     """
 
     takes_containers = True  # the call's plain containers go into its memo before the dump (see the module doc)
