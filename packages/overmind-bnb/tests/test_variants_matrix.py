@@ -237,9 +237,10 @@ def test_reference_variants_differ(reference):
     assert reference["fp16"]["loaded"]["dtype"] == "torch.float16"
     assert len({reference[v]["forward1"] for v in VARIANTS}) == len(VARIANTS)
     assert len({json.dumps(reference[v]["loaded"]) for v in VARIANTS}) == len(VARIANTS)
-    # bitsandbytes repacks 4-bit weights on the first no-grad forward: the points before and after differ
+    # bitsandbytes repacks 4-bit weights on the first no-grad forward where its CPU kernel runs (AVX512-BF16): the
+    # points before and after differ there, and only there
     for v in ("nf4", "fp4"):
-        assert reference[v]["loaded"] != reference[v]["after_forward1"]
+        assert (reference[v]["loaded"] != reference[v]["after_forward1"]) == _repacks_4bit_for_this_cpu()
 
 
 def test_finding_1_4bit_then_8bit_returns_an_8bit_model(overmind_runtime, ckpt, reference):
@@ -342,7 +343,18 @@ FIRST_USES = {
     "absmax replaced": "qs.absmax = qs.absmax.bitwise_xor(1)",
     "weight copied over itself": "q_proj.weight.data.copy_(q_proj.weight.data.clone())",
 }
+# Where the first no-grad forward repacks the 4-bit weights (an AVX512-BF16 CPU), a layer whose weight or statistics
+# were touched is repacked privately, as plain; elsewhere only a weight replaced by a new tensor leaves the entry.
 PRIVATE_AFTER = {"a statistics field changed", "weight data replaced", "absmax replaced", "weight copied over itself"}
+PRIVATE_WITHOUT_REPACK = {"weight data replaced"}
+
+
+def _repacks_4bit_for_this_cpu() -> bool:
+    """Whether bitsandbytes repacks 4-bit weights for its CPU kernel here (it does on AVX512-BF16 CPUs only; CI
+    machines of this project have been both kinds)."""
+    from bitsandbytes.functional import has_avx512bf16
+
+    return bool(has_avx512bf16())
 
 
 @pytest.fixture
@@ -387,8 +399,10 @@ def test_first_use_of_a_cached_4bit_model_matches_plain(in_process, ckpt, first_
     quantized = {n: overmind_mapped(p.data_ptr()) for n, p in models["cached"].named_parameters()
                  if type(p).__name__ == "Params4bit"}
     private = sorted(n for n, m in quantized.items() if not m)
-    expected = ["model.layers.0.self_attn.q_proj.weight"] if first_use in PRIVATE_AFTER else []
-    if first_use == "weight copied over itself":  # a page written: its neighbours cannot be proved unchanged
+    repacks = _repacks_4bit_for_this_cpu()
+    private_after = PRIVATE_AFTER if repacks else PRIVATE_WITHOUT_REPACK
+    expected = ["model.layers.0.self_attn.q_proj.weight"] if first_use in private_after else []
+    if first_use == "weight copied over itself" and repacks:  # a page written: its neighbours cannot be proved unchanged
         assert expected[0] in private and len(private) < len(quantized) // 2, private
     else:
         assert private == expected
