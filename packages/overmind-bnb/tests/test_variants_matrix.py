@@ -351,7 +351,8 @@ PRIVATE_WITHOUT_REPACK = {"weight data replaced"}
 
 def _repacks_4bit_for_this_cpu() -> bool:
     """Whether bitsandbytes repacks 4-bit weights for its CPU kernel here (it does on AVX512-BF16 CPUs only; CI
-    machines of this project have been both kinds)."""
+    machines of this project have been both kinds). For a model at hand, ``overmind_bnb.packing.has_repackable``
+    answers the same per layer; the reference here comes from another process."""
     from bitsandbytes.functional import has_avx512bf16
 
     return bool(has_avx512bf16())
@@ -389,6 +390,10 @@ def test_first_use_of_a_cached_4bit_model_matches_plain(in_process, ckpt, first_
     overmind.load(AutoModelForCausalLM.from_pretrained, str(ckpt), **kwargs)  # publish
     models = {"plain": AutoModelForCausalLM.from_pretrained(str(ckpt), **kwargs),
               "cached": overmind.load(AutoModelForCausalLM.from_pretrained, str(ckpt), **kwargs)}
+    from overmind_bnb import packing
+
+    repacks = packing.has_repackable(models["plain"])  # asked before the first use repacks anything
+    assert repacks == _repacks_4bit_for_this_cpu()
     seen = {}
     for name, model in models.items():
         q_proj = model.model.layers[0].self_attn.q_proj
@@ -399,7 +404,6 @@ def test_first_use_of_a_cached_4bit_model_matches_plain(in_process, ckpt, first_
     quantized = {n: overmind_mapped(p.data_ptr()) for n, p in models["cached"].named_parameters()
                  if type(p).__name__ == "Params4bit"}
     private = sorted(n for n, m in quantized.items() if not m)
-    repacks = _repacks_4bit_for_this_cpu()
     private_after = PRIVATE_AFTER if repacks else PRIVATE_WITHOUT_REPACK
     expected = ["model.layers.0.self_attn.q_proj.weight"] if first_use in private_after else []
     if first_use == "weight copied over itself" and repacks:  # a page written: its neighbours cannot be proved unchanged

@@ -2,7 +2,8 @@
 
 ``dumps`` pickles with ``_FastPickler`` (no ``persistent_id``: storages and arguments answered in
 ``reducer_override``, plain containers the call was given put in its memo first, so the skeleton refers to them by
-memo index); the ``persistent_id`` pickler (``_CPickler``) serves the rest, and is forced here to compare. Hypothesis generates object graphs (nested containers of atoms, floats by their bits; tensors of six dtypes
+memo index); the ``persistent_id`` pickler (``_CPickler``) serves the rest, and is forced here to compare.
+Hypothesis generates object graphs (nested containers of atoms, floats by their bits; tensors of six dtypes
 with views sharing one storage, reinterpreted dtypes, expanded and as_strided views, grads; Parameters; Linear
 and Sequential modules, tied and repeated; instances with ``__dict__``, ``__slots__``, ``__reduce__`` or only an
 adapter's reducer; IntEnum, ``str`` and ``int`` subclasses; self-cycles) and the call's ``arguments``: objects

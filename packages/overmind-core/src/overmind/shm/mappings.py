@@ -121,6 +121,7 @@ def all_pristine(ranges: list[tuple[int, int]]) -> bool:
 
 
 _pagemap: tuple[int, int] | None = None  # (pid that opened it, fd of its /proc/self/pagemap)
+_pagemap_lock = threading.Lock()  # not the registry's _lock: that one guards the spans, this one the fd
 
 
 def _pagemap_fd() -> int:
@@ -129,7 +130,7 @@ def _pagemap_fd() -> int:
     ``fork()`` that runs no Python hook) opens its own, never reading its parent's pages as its own."""
     global _pagemap
     pid = os.getpid()
-    with _lock:
+    with _pagemap_lock:
         if _pagemap is None or _pagemap[0] != pid:
             # (a child leaves the fd it inherited open: by now that number may be another file of its own)
             _pagemap = (pid, os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC))
