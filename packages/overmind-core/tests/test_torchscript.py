@@ -15,7 +15,6 @@ import mmap
 import os
 import pickle
 import struct
-import warnings
 import weakref
 import zipfile
 
@@ -23,6 +22,7 @@ import pytest
 import torch
 from torch import nn
 
+from _support.script_models import EXAMPLE, MODELS, scripted, traced
 from overmind import torchscript, zerocopy
 
 # torch 2.13 deprecates the TorchScript front end (script, trace, save, load); the tests use it on purpose.
@@ -30,63 +30,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.*is deprecated:Deprec
 
 SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK
 DATA_OFFSET = 4096  # where the cache's entry layout puts storages: page aligned, after header and skeleton
-
-
-# --- models ---------------------------------------------------------------------------------------------
-
-
-class Block(nn.Module):
-    def __init__(self, width: int) -> None:
-        super().__init__()
-        self.linear = nn.Linear(width, width)
-        self.norm = nn.LayerNorm(width)
-        self.register_buffer("shift", torch.linspace(-1, 1, width))
-        self.scale = 3
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm(self.linear(x) * self.scale + self.shift)
-
-
-class Net(nn.Module):
-    def __init__(self, width: int = 16) -> None:
-        super().__init__()
-        self.blocks = nn.ModuleList([Block(width) for _ in range(3)])
-        self.head = nn.Linear(width, 4, bias=False)
-        self.register_buffer("steps", torch.arange(5, dtype=torch.int64))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self.blocks:
-            x = torch.relu(block(x))
-        return self.head(x) + self.steps.sum()
-
-
-class WithConstant(nn.Module):
-    """Tracing captures the tensor made in forward as a constant: a record of the constants pickle."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = nn.Linear(16, 16)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear(x) + torch.arange(16, dtype=torch.float32)
-
-
-EXAMPLE = torch.randn(2, 16, generator=torch.Generator().manual_seed(7))
-
-
-def scripted() -> torch.jit.ScriptModule:
-    torch.manual_seed(0)
-    return torch.jit.script(Net()).eval()
-
-
-def traced() -> torch.jit.ScriptModule:
-    torch.manual_seed(1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # TracerWarning about the captured constant, which is the point
-        return torch.jit.trace(nn.Sequential(WithConstant(), Net()).eval(), EXAMPLE)
-
-
-MODELS = {"scripted": scripted, "traced": traced}
 
 
 # --- the cache's path, in miniature ------------------------------------------------------------------
