@@ -14,14 +14,14 @@ by the loader itself propagate unchanged. Turning a result into an entry and bac
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import os
+import sys
 import threading
 import time
 from typing import Any, Callable
 
-from . import arguments_ref, collector, entry, fallback, hooks, key, loadscope, provenance
+from . import arguments_ref, collector, entry, fallback, heap, hooks, key, loader_warnings, loadscope, provenance
 from .errors import OvermindError, ServerError
 from .shm import arena
 
@@ -92,6 +92,7 @@ def _wait_timeout(nested: bool) -> float:
 def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict,
                  recheck: _Recheck | None = None, arguments: dict | None = None) -> Any:
     fn, stack = loader.fn, _loading_stack()
+    call_frame = sys._getframe()  # where the loader's warnings count their stacklevel from (loader_warnings.py)
     if ck.key in stack:
         return fn(*args, **kwargs)  # the loader calls itself with the same arguments: no claim to wait on
     from .client import get_client
@@ -109,9 +110,9 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         assert res.entry is not None  # a hit carries its entry
         try:
             obj = entry.decode(res.entry, res.fds, arguments)
+            warned = loader_warnings.Replay((res.entry.get("meta") or {}).get("warnings"))
             log.info("overmind: hit %s (entry %s, %d bytes) in %.3f s", loader.name, ck.key[:12],
                      res.entry.get("nbytes", 0), time.perf_counter() - t0)
-            return obj
         except arguments_ref.ArgumentMismatch as e:
             # This call's objects do not fit where the entry holds arguments: the entry is sound, the call is not
             # the one it was made for (a key that should have told them apart). Plain call; the entry stays.
@@ -128,6 +129,9 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
                                 f"server no longer serves that entry (the next load publishes it again). If "
                                 f"this repeats, run 'overmind doctor' and report it.", e)
             return fn(*args, **kwargs)
+        # The loader's warnings, as the plain call gives them; outside the fallback: an "error" filter raises here
+        warned.issue(call_frame)
+        return obj
     if res.status != "claimed":
         fallback.step_aside(f"overmind: another process is still loading {loader.name} (entry {ck.key[:12]}) after "
                             f"{wait_s:.0f} s; loaded without the cache. Raise "
@@ -135,7 +139,7 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         return fn(*args, **kwargs)
 
     try:
-        return _load_claimed(client, loader, ck, args, kwargs, recheck, arguments, stack)
+        return _load_claimed(client, loader, ck, args, kwargs, recheck, arguments, stack, call_frame)
     except BaseException:
         # The loader raised, or Ctrl-C / a signal handler's exception arrived anywhere while this call held the
         # claim: give it back now, or other processes wait on it until this connection closes.
@@ -144,8 +148,9 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
 
 
 def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict,
-                  recheck: _Recheck | None, arguments: dict | None, stack: list) -> Any:
-    """Run the loader under this call's claim, then publish; exceptions of the loader propagate."""
+                  recheck: _Recheck | None, arguments: dict | None, stack: list, call_frame: Any = None) -> Any:
+    """Run the loader under this call's claim, then publish; exceptions of the loader propagate. The warnings it
+    issues are shown as plain shows them, and kept in the entry for hits (``loader_warnings.py``)."""
     fn = loader.fn
     run = fallback.LoaderRun(outermost=not stack)
     stack.append(ck.key)
@@ -154,7 +159,8 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
     load_arena = arena.open_arena()
     try:
         try:
-            result = fn(*args, **kwargs)
+            with loader_warnings.recording(call_frame) as warned:
+                result = fn(*args, **kwargs)
         finally:
             stack.pop()
             if load_arena is not None:
@@ -162,8 +168,12 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
         run.finished()
         t1 = time.perf_counter()
         log.info("overmind: miss %s (entry %s): the loader ran in %.3f s", loader.name, ck.key[:12], t1 - t0)
+        if warned.unsure is not None:  # a hit could not warn as this call did: not cached (slow, never wrong)
+            _release(client, ck.key)
+            log.debug("overmind: not caching %s: %s", loader.name, warned.unsure)
+            return result
         try:
-            rebuilt = publish(client, loader, ck, result, arguments, recheck, load_arena)
+            rebuilt = publish(client, loader, ck, result, arguments, recheck, load_arena, warned.records)
             log.info("overmind: published %s (entry %s) in %.3f s", loader.name, ck.key[:12],
                      time.perf_counter() - t1)
         except KeyChanged as e:
@@ -179,17 +189,8 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
             load_arena.release()
     del result  # the plain result's memory goes now, and back to the system below
     if not stack:
-        _return_freed_memory()
+        heap.trim()  # the plain result's freed heap (~0.4 GiB for a pipeline converted to fp16) back to the system
     return rebuilt
-
-
-def _return_freed_memory() -> None:
-    """Give the plain result's freed heap back to the system (glibc keeps it in its arenas otherwise,
-    ~0.4 GiB per cold process for a Stable Diffusion pipeline converted to fp16)."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass  # not glibc
 
 
 def _release(client, cache_key: str) -> None:
@@ -204,14 +205,16 @@ class KeyChanged(OvermindError):
 
 
 def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments: dict | None = None,
-            recheck: _Recheck | None = None, load_arena: arena.Arena | None = None) -> Any:
+            recheck: _Recheck | None = None, load_arena: arena.Arena | None = None,
+            warned: list | None = None) -> Any:
     """Write ``result`` as an entry, publish it under ``ck`` and return it rebuilt from there, or ``result`` itself
     where a rebuild would gain nothing (:func:`_plain_result_will_do`).
 
     The publish reply is a hit on the entry, so the result comes back from the cache's bytes in one round trip.
     ``recheck`` runs once the result is pickled (so an adapter's refusal, which says why, comes first) and
     before anything is written: a key that changed raises :class:`KeyChanged`. ``load_arena``: the loader's
-    closed arena, whose memfd becomes the entry (``shm/arena.py``).
+    closed arena, whose memfd becomes the entry (``shm/arena.py``). ``warned``: the loader's warnings, which a hit
+    issues again (``loader_warnings.Recording.records``).
     """
     def before_write() -> None:
         if recheck is not None and not recheck.unchanged(ck):
@@ -219,14 +222,14 @@ def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments
 
     try:
         encoded = entry.encode(result, loader, ck.summary, arguments, before_write=before_write, arena=load_arena)
-        res = _publish(client, ck, encoded)
+        res = _publish(client, ck, encoded, warned)
     except (ServerError, entry.FileChanged) as e:
         if e.reason not in _COPY_INSTEAD:
             raise
         # An entry this one references was evicted meanwhile, or a checkpoint file it references changed: write
         # the bytes themselves instead.
         encoded = entry.encode(result, loader, ck.summary, arguments, reference_mapped=False)
-        res = _publish(client, ck, encoded)
+        res = _publish(client, ck, encoded, warned)
     if _plain_result_will_do(result, encoded):
         for fd in res.fds.values():
             os.close(fd)
@@ -252,7 +255,9 @@ def _plain_result_will_do(result: Any, encoded: entry.Encoded) -> bool:
 _COPY_INSTEAD = ("dep missing", "file changed")
 
 
-def _publish(client, ck: key.CacheKey, encoded: entry.Encoded):
+def _publish(client, ck: key.CacheKey, encoded: entry.Encoded, warned: list | None = None):
+    if warned:
+        encoded.meta["warnings"] = warned
     try:
         return client.publish_hit(ck.key, encoded.fd, deps=encoded.deps, meta=encoded.meta, files=encoded.files)
     finally:

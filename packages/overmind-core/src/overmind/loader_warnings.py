@@ -1,0 +1,349 @@
+"""The warnings a loader issues: recorded on a miss, kept in the entry, issued again on a hit.
+
+A plain call warns while its loader runs (a deprecated argument's ``FutureWarning``, a library's
+``UserWarning``, torch's C++ warnings). A hit runs no loader, so a miss records every warning its loader
+issues, the entry keeps them (meta ``"warnings"``), and a hit issues them again. Each one then goes through the
+hit process's own filters as the loader's would have: same category, text, file, line and module, counted in
+that module's ``__warningregistry__`` ("default", "module" and "once" show it as often as in plain, "error"
+raises it, "ignore" drops it).
+
+Where a warning is attributed (``stacklevel``) is counted as in the plain call, without Overmind's own frames
+(the patched loader's wrapper, ``load``): a warning a loader attributes to its caller names the caller's line, in
+the miss and in a hit. A location outside the call (the caller's line, or further up) is kept as a depth above
+the call and found again in the hit's own stack; one inside the loader is kept as its file, line and module.
+
+Recording does not change what the miss itself shows. While a recording runs, a filter at the front of
+``warnings.filters`` answers ``always`` for the warnings of the recording thread alone (its category's metaclass
+answers ``issubclass`` per thread), so every warning reaches ``warnings._showwarnmsg``; the recorder notes it and
+issues it at once through the other filters, in the loader's thread, so "error" raises inside the loader as in
+plain. The modules' ``__warningregistry__`` dicts are set aside for the recording and stand in for them in those
+issues (so a warning this process showed before is recorded, and still not shown twice), and are put back after.
+
+When in doubt, the result is not cached (:attr:`Recording.unsure`): a warning arrived while the loader had
+changed how warnings are filtered or shown (its own ``catch_warnings``, a filter in front of Overmind's),
+another thread warned meanwhile, or a warning could not be issued again in another process (a category not
+importable by its name, a message not rebuilt from its arguments).
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import sys
+import threading
+import warnings
+from types import FrameType
+from typing import Any, Iterator
+
+_local = threading.local()
+_lock = threading.RLock()
+_active: list[Recording] = []  # every thread's recordings
+_saved: dict[str, Any] = {}  # while any recording runs: the original _showwarnmsg, the set-aside registries
+_SCALARS = (str, int, float, bool, type(None))
+_ORIGINAL_SHOW = warnings._showwarnmsg  # type: ignore[attr-defined]
+_orphans: dict[str, dict] = {}  # stand-in module dicts of modules a replay names and this process has not imported
+
+
+class _PerThread(type):
+    def __subclasscheck__(cls, sub: type) -> bool:
+        if getattr(_local, "recordings", None) and not getattr(_local, "issuing", False):
+            _local.matched = True
+            return True
+        return False
+
+
+class _RecordingThread(Warning, metaclass=_PerThread):
+    """The category of Overmind's front filter: it matches every warning of a thread that is recording."""
+
+
+_FILTER = ("always", None, _RecordingThread, None, 0)
+
+
+def _filters() -> list:
+    return warnings.filters  # type: ignore[return-value]  # a list (typeshed says Sequence)
+
+
+def _is_overmind(frame: FrameType) -> bool:
+    name = frame.f_globals.get("__name__") or ""
+    return name == "overmind" or name.startswith(("overmind.", "overmind_"))
+
+
+def _chain(frame: FrameType | None) -> list[FrameType]:
+    out = []
+    while frame is not None:
+        out.append(frame)
+        frame = frame.f_back
+    return out
+
+
+def _plain_chain(frame: FrameType | None) -> list[FrameType]:
+    """The frames from ``frame`` up, as a plain call would have them: without Overmind's own."""
+    return [f for f in _chain(frame) if not _is_overmind(f)]
+
+
+class Recording:
+    """The warnings of one loader run; :attr:`records` goes into the entry, unless :attr:`unsure` says why not."""
+
+    def __init__(self, call_frame: FrameType | None) -> None:
+        self._frames = _plain_chain(call_frame)  # holds the frames whose ids ``outer`` keys on
+        self.outer = {id(f): k for k, f in enumerate(self._frames)}
+        self.records: list[dict] = []
+        self.unsure: str | None = None
+        self.thread = threading.get_ident()
+        self.filters: list = []
+        self.shown_by: tuple = ()
+
+    def doubt(self, why: str) -> None:
+        if self.unsure is None:
+            self.unsure = why
+
+    def begin(self) -> None:
+        """Note how warnings are filtered and shown as the loader starts (Overmind's filter in place)."""
+        self.filters = [f for f in warnings.filters if f is not _FILTER]
+        self.shown_by = _shown_by()
+
+    def changed_for(self, message: Warning, module: str, lineno: int) -> bool:
+        """Whether the loader has changed, since it started, how ``message`` is filtered or shown."""
+        if _shown_by() != self.shown_by:
+            return True
+        now = [f for f in warnings.filters if f is not _FILTER]
+        if now == self.filters:
+            return False
+        changed = [f for f in now if f not in self.filters] + [f for f in self.filters if f not in now]
+        return any(_matches(f, message, module, lineno) for f in changed)
+
+    def note(self, message: Warning, where: tuple) -> None:
+        """Record ``message``, issued at ``where`` (:func:`_where_live`'s form), as a hit will issue it."""
+        if self.unsure is not None:
+            return
+        category = type(message)
+        name = f"{category.__module__}:{category.__qualname__}"
+        try:
+            found = _import(name)
+            args = list(message.args)
+            rebuilt = found(*args) if all(type(a) in _SCALARS for a in args) else None
+        except Exception:
+            found, rebuilt = None, None
+        if found is not category or rebuilt is None or str(rebuilt) != str(message):
+            self.doubt(f"the loader issued a {name} that another process could not issue again")
+            return
+        if where[0] == "frame":
+            frame = where[1]
+            k = self.outer.get(id(frame))
+            at = (["outer", k] if k is not None else
+                  ["at", frame.f_code.co_filename, frame.f_lineno, frame.f_globals.get("__name__") or "<string>"])
+        else:
+            at = list(where)
+        self.records.append({"category": name, "args": args, "where": at})
+
+
+def _import(name: str) -> Any:
+    module, _, qualname = name.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _shown_by() -> tuple:
+    """What shows a warning that the filters let through (a ``catch_warnings(record=True)`` changes it)."""
+    return warnings.showwarning, getattr(warnings, "_showwarnmsg_impl", None)
+
+
+def _matches(entry: tuple, message: Warning, module: str, lineno: int) -> bool:
+    """Whether the ``warnings.filters`` entry applies to ``message`` (``warnings``' own rule)."""
+    _action, text, category, mod, ln = entry
+    try:
+        return ((text is None or bool(text.match(str(message)))) and issubclass(type(message), category)
+                and (mod is None or bool(mod.match(module))) and (ln == 0 or ln == lineno))
+    except Exception:
+        return True  # an odd entry: assume it applies
+
+
+# --- a warning, from where it was issued to where the process's filters see it --------------------------------
+
+
+def _where_live(msg: Any) -> tuple | None:
+    """Where a plain call would have attributed the warning ``msg`` that reached :func:`_showwarnmsg`:
+    ``("frame", f)`` or ``("sys",)`` (a ``stacklevel`` above the stack); None for a place on no frame."""
+    chain = _chain(sys._getframe(2))  # the frame that warned (or called the C function that did), and up
+    for j, frame in enumerate(chain):
+        if frame.f_code.co_filename == msg.filename and frame.f_lineno == msg.lineno:
+            plain = [f for f in chain if not _is_overmind(f)]
+            return ("frame", plain[j]) if j < len(plain) else ("sys",)
+    if msg.filename == "sys" and msg.lineno == 1:
+        return ("sys",)
+    return None  # warnings.warn_explicit at a place of its choosing, with a registry a hit cannot know
+
+
+def _where_recorded(at: list, plain_chain: list[FrameType]) -> tuple:
+    if at[0] == "outer":
+        return ("frame", plain_chain[at[1]]) if at[1] < len(plain_chain) else ("sys",)
+    return tuple(at)
+
+
+def _site(where: tuple, peek: bool = False) -> tuple[str, int, str, dict | None, dict | None]:
+    """``(filename, lineno, module, registry, module_globals)`` for ``warnings.warn_explicit``; ``peek``: no
+    registry (none is made)."""
+    if where[0] == "frame":
+        frame = where[1]
+        g = frame.f_globals
+        return (frame.f_code.co_filename, frame.f_lineno, g.get("__name__") or "<string>",
+                None if peek else _registry(g), g)
+    if where[0] == "sys":
+        return "sys", 1, "sys", None if peek else _registry(sys.__dict__), None
+    _, filename, lineno, module, *no_registry = where
+    if peek or no_registry:
+        return filename, lineno, module, None, None
+    loaded = sys.modules.get(module)
+    g = getattr(loaded, "__dict__", None)
+    if not isinstance(g, dict):
+        g = _orphans.setdefault(module, {})  # a module this process has not imported
+        return filename, lineno, module, _registry(g), None
+    return filename, lineno, module, _registry(g), g
+
+
+def _registry(g: dict) -> dict:
+    """The registry a plain call would count in: the module's own, or the one set aside for the recording."""
+    aside = _saved.get("registries")
+    if aside is not None:
+        held = aside.get(id(g))
+        if held is None:
+            held = aside[id(g)] = (g, {})
+        return held[1]
+    return g.setdefault("__warningregistry__", {})
+
+
+def _issue(message: Warning, where: tuple, source: Any = None) -> None:
+    """Issue ``message`` at ``where`` through this process's filters (Overmind's own passes it by)."""
+    filename, lineno, module, registry, module_globals = _site(where)
+    _local.issuing = True
+    try:
+        warnings.warn_explicit(message, type(message), filename, lineno, module, registry, module_globals,
+                               source=source)
+    finally:
+        _local.issuing = False
+
+
+def _showwarnmsg(msg: Any) -> None:
+    """``warnings._showwarnmsg`` while a recording runs."""
+    recordings = getattr(_local, "recordings", None)
+    original = _saved.get("showwarnmsg", _ORIGINAL_SHOW)
+    if getattr(_local, "issuing", False):
+        return original(msg)
+    if not recordings:  # another thread's warning, which its filters showed: ours may have missed one meanwhile
+        for rec in list(_active):
+            rec.doubt("another thread warned while the loader ran")
+        return original(msg)
+    matched, _local.matched = getattr(_local, "matched", False), False
+    if not matched or not isinstance(msg.message, Warning):  # a filter in front of Overmind's showed it
+        for rec in recordings:
+            rec.doubt("the loader changed the warning filters while it ran")
+        return original(msg)
+    where = _where_live(msg)
+    if where is None:
+        for rec in recordings:
+            rec.doubt("the loader issued a warning at a place of its own (warnings.warn_explicit)")
+        module = msg.filename[:-3] if msg.filename.endswith(".py") else msg.filename
+        where = ("at", msg.filename, msg.lineno, module, None)
+    else:
+        _note(recordings, msg.message, where)
+    _issue(msg.message, where, msg.source)
+
+
+def _note(recordings: list[Recording], message: Warning, where: tuple) -> None:
+    if type(message).__module__.split(".")[0] == "overmind":
+        return  # Overmind's own (a nested load stepping aside) is about this process, not the entry
+    filename, lineno, module, _registry_, _globals = _site(where, peek=True)
+    for rec in recordings:
+        if rec.changed_for(message, module, lineno):
+            rec.doubt("the loader changed how this warning is filtered or shown while it ran")
+        else:
+            rec.note(message, where)
+
+
+# --- recording and replaying -----------------------------------------------------------------------------------
+
+
+def _set_aside_registries() -> dict:
+    aside = {}
+    for module in list(sys.modules.values()):
+        g = getattr(module, "__dict__", None)
+        if not isinstance(g, dict):
+            continue
+        registry = g.get("__warningregistry__")
+        if isinstance(registry, dict) and len(registry) > 1:  # more than its "version"
+            aside[id(g)] = (g, registry)
+            g["__warningregistry__"] = {}
+    return aside
+
+
+def _put_back_registries(aside: dict) -> None:
+    for g, registry in aside.values():
+        current = g.get("__warningregistry__")
+        if isinstance(current, dict) and current is not registry:
+            registry.update((k, v) for k, v in current.items() if k != "version")
+        g["__warningregistry__"] = registry
+
+
+def _start() -> None:
+    """The first recording of the process (of any thread) starts: Overmind's filter and show hook go in."""
+    _saved["showwarnmsg"] = warnings._showwarnmsg  # type: ignore[attr-defined]
+    _saved["registries"] = _set_aside_registries()
+    warnings._showwarnmsg = _showwarnmsg  # type: ignore[attr-defined]
+
+
+def _stop() -> None:
+    """The last recording ended: the filter, the show hook and the registries are as they were."""
+    with contextlib.suppress(ValueError):
+        _filters().remove(_FILTER)
+    if warnings._showwarnmsg is _showwarnmsg:  # type: ignore[attr-defined]
+        warnings._showwarnmsg = _saved["showwarnmsg"]  # type: ignore[attr-defined]
+    _put_back_registries(_saved.pop("registries", {}))
+
+
+@contextlib.contextmanager
+def recording(call_frame: FrameType | None) -> Iterator[Recording]:
+    """Record the warnings issued in this thread inside the block; ``call_frame``: the frame of the cached call,
+    whose callers (Overmind's left out) a warning's location is counted from."""
+    rec = Recording(call_frame)
+    with _lock:
+        if not _active:
+            _start()
+        if any(other.thread != rec.thread for other in _active):
+            for one in (rec, *_active):
+                one.doubt("another thread was loading meanwhile")
+        # At the front (the filters need no _filters_mutated(): they are read at every warning, and a new
+        # version would empty the registries set aside)
+        with contextlib.suppress(ValueError):
+            _filters().remove(_FILTER)
+        _filters().insert(0, _FILTER)
+        rec.begin()
+        _active.append(rec)
+    stack = _local.__dict__.setdefault("recordings", [])
+    stack.append(rec)
+    try:
+        yield rec
+    finally:
+        stack.pop()
+        with _lock:
+            _active.remove(rec)
+            if not _active:
+                _stop()
+
+
+class Replay:
+    """An entry's recorded warnings, ready to issue: built inside the hit's fallback (a category that does not
+    import here is a failed hit), issued outside it (an "error" filter raises to the caller, as in plain)."""
+
+    def __init__(self, records: list | None) -> None:
+        self.items = [(_import(r["category"])(*r["args"]), r["where"]) for r in records or ()]
+
+    def issue(self, call_frame: FrameType | None) -> None:
+        if not self.items:
+            return
+        plain = _plain_chain(call_frame)
+        recordings = getattr(_local, "recordings", None) or []
+        for message, at in self.items:
+            where = _where_recorded(at, plain)
+            _note(recordings, message, where)  # an outer miss records what this nested hit issues
+            _issue(message, where)
