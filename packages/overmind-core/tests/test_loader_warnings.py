@@ -172,3 +172,18 @@ def test_recording_leaves_the_filters_and_registries_as_they_were(overmind_runti
         assert warnings._showwarnmsg is show  # type: ignore[attr-defined]
         assert {k: v for k, v in globals()["__warningregistry__"].items() if k != "version"} == {
             k: v for k, v in registry.items() if k != "version"}
+
+
+def test_a_failure_of_the_recorder_still_shows_the_warning_and_caches_nothing(overmind_runtime, monkeypatch):
+    def broken(msg):
+        raise RuntimeError("recorder bug")
+
+    monkeypatch.setattr(loader_warnings, "_where_live", broken)
+    clear_calls("warning_loaders")
+    description = (("warn", "UserWarning", "still shown", 1),)
+    for _ in range(2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert overmind.load(wl.warn_then_build, description).tolist() == [0.0, 1.0]
+        assert [str(w.message) for w in caught] == ["still shown"]
+    assert len(recorded_calls("warning_loaders")) == 2  # not cached: the next call runs the loader again

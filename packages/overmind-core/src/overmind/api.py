@@ -110,7 +110,7 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         assert res.entry is not None  # a hit carries its entry
         try:
             obj = entry.decode(res.entry, res.fds, arguments)
-            warned = loader_warnings.Replay((res.entry.get("meta") or {}).get("warnings"))
+            warned = loader_warnings.Replay((res.entry.get("meta") or {}).get("warnings"), call_frame)
             log.info("overmind: hit %s (entry %s, %d bytes) in %.3f s", loader.name, ck.key[:12],
                      res.entry.get("nbytes", 0), time.perf_counter() - t0)
         except arguments_ref.ArgumentMismatch as e:
@@ -130,7 +130,7 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
                                 f"this repeats, run 'overmind doctor' and report it.", e)
             return fn(*args, **kwargs)
         # The loader's warnings, as the plain call gives them; outside the fallback: an "error" filter raises here
-        warned.issue(call_frame)
+        warned.issue()
         return obj
     if res.status != "claimed":
         fallback.step_aside(f"overmind: another process is still loading {loader.name} (entry {ck.key[:12]}) after "

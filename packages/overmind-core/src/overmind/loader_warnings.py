@@ -213,9 +213,10 @@ def _registry(g: dict) -> dict:
     return g.setdefault("__warningregistry__", {})
 
 
-def _issue(message: Warning, where: tuple, source: Any = None) -> None:
-    """Issue ``message`` at ``where`` through this process's filters (Overmind's own passes it by)."""
-    filename, lineno, module, registry, module_globals = _site(where)
+def _issue(message: Warning, site: tuple, source: Any = None) -> None:
+    """Issue ``message`` at ``site`` (:func:`_site`'s) through this process's filters (Overmind's passes it by);
+    what the filters raise ("error") or a ``showwarning`` raises propagates, as in plain."""
+    filename, lineno, module, registry, module_globals = site
     _local.issuing = True
     try:
         warnings.warn_explicit(message, type(message), filename, lineno, module, registry, module_globals,
@@ -239,26 +240,35 @@ def _showwarnmsg(msg: Any) -> None:
         for rec in recordings:
             rec.doubt("the loader changed the warning filters while it ran")
         return original(msg)
-    where = _where_live(msg)
-    if where is None:
+    module = msg.filename[:-3] if msg.filename.endswith(".py") else msg.filename
+    site: tuple = (msg.filename, msg.lineno, module, None, None)  # what warn_explicit gets without the rest
+    try:
+        where = _where_live(msg)
+        if where is None:
+            for rec in recordings:
+                rec.doubt("the loader issued a warning at a place of its own (warnings.warn_explicit)")
+        else:
+            _note(recordings, msg.message, where)
+            site = _site(where)
+    except Exception as e:  # Overmind's own failure: the warning is still shown, the result not cached
         for rec in recordings:
-            rec.doubt("the loader issued a warning at a place of its own (warnings.warn_explicit)")
-        module = msg.filename[:-3] if msg.filename.endswith(".py") else msg.filename
-        where = ("at", msg.filename, msg.lineno, module, None)
-    else:
-        _note(recordings, msg.message, where)
-    _issue(msg.message, where, msg.source)
+            rec.doubt(f"recording a warning failed ({type(e).__name__}: {e})")
+    _issue(msg.message, site, msg.source)
 
 
 def _note(recordings: list[Recording], message: Warning, where: tuple) -> None:
     if type(message).__module__.split(".")[0] == "overmind":
         return  # Overmind's own (a nested load stepping aside) is about this process, not the entry
-    filename, lineno, module, _registry_, _globals = _site(where, peek=True)
-    for rec in recordings:
-        if rec.changed_for(message, module, lineno):
-            rec.doubt("the loader changed how this warning is filtered or shown while it ran")
-        else:
-            rec.note(message, where)
+    try:
+        filename, lineno, module, _registry_, _globals = _site(where, peek=True)
+        for rec in recordings:
+            if rec.changed_for(message, module, lineno):
+                rec.doubt("the loader changed how this warning is filtered or shown while it ran")
+            else:
+                rec.note(message, where)
+    except Exception as e:  # Overmind's own failure: not cached
+        for rec in recordings:
+            rec.doubt(f"recording a warning failed ({type(e).__name__}: {e})")
 
 
 # --- recording and replaying -----------------------------------------------------------------------------------
@@ -333,17 +343,18 @@ def recording(call_frame: FrameType | None) -> Iterator[Recording]:
 
 class Replay:
     """An entry's recorded warnings, ready to issue: built inside the hit's fallback (a category that does not
-    import here is a failed hit), issued outside it (an "error" filter raises to the caller, as in plain)."""
+    import here is a failed hit), issued outside it (an "error" filter raises to the caller, as in plain).
+    ``call_frame``: the frame of the cached call, whose callers a warning at the caller's line names."""
 
-    def __init__(self, records: list | None) -> None:
-        self.items = [(_import(r["category"])(*r["args"]), r["where"]) for r in records or ()]
+    def __init__(self, records: list | None, call_frame: FrameType | None) -> None:
+        plain = _plain_chain(call_frame) if records else []
+        self.items = []
+        for r in records or ():
+            where = _where_recorded(r["where"], plain)
+            self.items.append((_import(r["category"])(*r["args"]), where, _site(where)))
 
-    def issue(self, call_frame: FrameType | None) -> None:
-        if not self.items:
-            return
-        plain = _plain_chain(call_frame)
+    def issue(self) -> None:
         recordings = getattr(_local, "recordings", None) or []
-        for message, at in self.items:
-            where = _where_recorded(at, plain)
+        for message, where, site in self.items:
             _note(recordings, message, where)  # an outer miss records what this nested hit issues
-            _issue(message, where)
+            _issue(message, site)
