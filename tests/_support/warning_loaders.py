@@ -77,3 +77,14 @@ def warns_a_local_category(text: str) -> torch.Tensor:
 
     warnings.warn(text, Local, stacklevel=1)
     return torch.zeros(5)
+
+
+def warns_from_a_helper_thread(text: str) -> torch.Tensor:
+    """A loader whose warning comes from a thread it starts (a pool loading its parts)."""
+    import threading
+
+    record_call(text, "warning_loaders")
+    helper = threading.Thread(target=warnings.warn, args=(text, UserWarning))
+    helper.start()
+    helper.join()
+    return torch.zeros(6)

@@ -13,6 +13,7 @@ import operator
 import os
 import subprocess
 import sys
+import threading
 import warnings
 
 import pytest
@@ -187,3 +188,35 @@ def test_a_failure_of_the_recorder_still_shows_the_warning_and_caches_nothing(ov
             assert overmind.load(wl.warn_then_build, description).tolist() == [0.0, 1.0]
         assert [str(w.message) for w in caught] == ["still shown"]
     assert len(recorded_calls("warning_loaders")) == 2  # not cached: the next call runs the loader again
+
+
+def test_a_loader_whose_helper_thread_warns_is_not_cached(overmind_runtime):
+    clear_calls("warning_loaders")
+    for _ in range(2):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            overmind.load(wl.warns_from_a_helper_thread, "from a helper")
+        assert [str(w.message) for w in caught] == ["from a helper"]
+    assert len(recorded_calls("warning_loaders")) == 2
+
+
+def test_loads_in_concurrent_threads_keep_each_loaders_own_warnings(overmind_runtime):
+    """Eight threads load at once, each warning its own text: whatever got cached warns, on a hit, exactly as its
+    plain call does (an entry may be left uncached where another thread warned during its load)."""
+    descriptions = [(("warn", "UserWarning", f"thread {i}", 1), ("torch",)) for i in range(8)]
+    barrier = threading.Barrier(len(descriptions))
+
+    def load(d):
+        barrier.wait()
+        overmind.load(wl.warn_then_build, d)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        threads = [threading.Thread(target=load, args=(d,)) for d in descriptions]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    cached = functools.partial(overmind.load, wl.warn_then_build)
+    for d in descriptions:
+        assert _shown("always", cached, d, 1) == _shown("always", wl.warn_then_build, d, 1)

@@ -231,9 +231,8 @@ def _showwarnmsg(msg: Any) -> None:
     original = _saved.get("showwarnmsg", _ORIGINAL_SHOW)
     if getattr(_local, "issuing", False):
         return original(msg)
-    if not recordings:  # another thread's warning, which its filters showed: ours may have missed one meanwhile
-        for rec in list(_active):
-            rec.doubt("another thread warned while the loader ran")
+    _doubt_other_threads()
+    if not recordings:  # a thread that is not recording: its filters showed the warning
         return original(msg)
     matched, _local.matched = getattr(_local, "matched", False), False
     if not matched or not isinstance(msg.message, Warning):  # a filter in front of Overmind's showed it
@@ -254,6 +253,15 @@ def _showwarnmsg(msg: Any) -> None:
         for rec in recordings:
             rec.doubt(f"recording a warning failed ({type(e).__name__}: {e})")
     _issue(msg.message, site, msg.source)
+
+
+def _doubt_other_threads() -> None:
+    """A warning in this thread may be another thread's loader's (a helper thread it started, a component it
+    loads in a pool): that loader's recording, which notes only its own thread, would miss it."""
+    me = threading.get_ident()
+    for rec in list(_active):
+        if rec.thread != me:
+            rec.doubt("another thread warned while the loader ran")
 
 
 def _note(recordings: list[Recording], message: Warning, where: tuple) -> None:
@@ -319,9 +327,6 @@ def recording(call_frame: FrameType | None) -> Iterator[Recording]:
     with _lock:
         if not _active:
             _start()
-        if any(other.thread != rec.thread for other in _active):
-            for one in (rec, *_active):
-                one.doubt("another thread was loading meanwhile")
         # At the front (the filters need no _filters_mutated(): they are read at every warning, and a new
         # version would empty the registries set aside)
         with contextlib.suppress(ValueError):
@@ -354,6 +359,8 @@ class Replay:
             self.items.append((_import(r["category"])(*r["args"]), where, _site(where)))
 
     def issue(self) -> None:
+        if self.items:
+            _doubt_other_threads()
         recordings = getattr(_local, "recordings", None) or []
         for message, where, site in self.items:
             _note(recordings, message, where)  # an outer miss records what this nested hit issues
