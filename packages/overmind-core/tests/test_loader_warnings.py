@@ -220,3 +220,29 @@ def test_loads_in_concurrent_threads_keep_each_loaders_own_warnings(overmind_run
     cached = functools.partial(overmind.load, wl.warn_then_build)
     for d in descriptions:
         assert _shown("always", cached, d, 1) == _shown("always", wl.warn_then_build, d, 1)
+
+
+def test_a_category_of_the_users_script_is_not_cached(overmind_runtime):
+    """``__main__`` is another script in another process: a hit there could not issue that category."""
+    from overmind.testing import run_fresh
+
+    got = run_fresh("""
+        import warnings, torch, overmind
+        from overmind.testing import report, record_call, recorded_calls
+
+        class ScriptWarning(UserWarning):
+            pass
+
+        def build(n):
+            record_call(n)
+            warnings.warn("from the script", ScriptWarning)
+            return torch.zeros(n)
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            overmind.load(build, 3)
+            overmind.load(build, 3)
+        report({"runs": len(recorded_calls()), "shown": [str(w.message) for w in caught],
+                "entries": len(overmind.cache_info().entries)})
+    """)
+    assert got == {"runs": 2, "shown": ["from the script"] * 2, "entries": 0}

@@ -123,7 +123,8 @@ class Recording:
             rebuilt = found(*args) if all(type(a) in _SCALARS for a in args) else None
         except Exception:
             found, rebuilt = None, None
-        if found is not category or rebuilt is None or str(rebuilt) != str(message):
+        if (found is not category or rebuilt is None or str(rebuilt) != str(message)
+                or category.__module__ == "__main__"):  # another process's __main__ is another script
             self.doubt(f"the loader issued a {name} that another process could not issue again")
             return
         if where[0] == "frame":
