@@ -88,3 +88,12 @@ def warns_from_a_helper_thread(text: str) -> torch.Tensor:
     helper.start()
     helper.join()
     return torch.zeros(6)
+
+
+def steps_aside_inside(text: str) -> torch.Tensor:
+    """A loader in which Overmind itself warns (a nested load stepping aside, here said directly)."""
+    from overmind import fallback
+
+    record_call(text, "warning_loaders")
+    fallback.step_aside("overmind: a nested load stepped aside (test)", RuntimeError("test"))
+    return torch.zeros(7)

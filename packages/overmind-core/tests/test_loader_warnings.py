@@ -246,3 +246,23 @@ def test_a_category_of_the_users_script_is_not_cached(overmind_runtime):
                 "entries": len(overmind.cache_info().entries)})
     """)
     assert got == {"runs": 2, "shown": ["from the script"] * 2, "entries": 0}
+
+
+def test_overmind_own_warning_inside_a_load_keeps_its_line_and_the_entry(overmind_runtime, monkeypatch):
+    """Overmind itself warns inside a load (a nested load stepping aside): shown once, at the line Overmind chose
+    (userline.py), not recorded, and the outer result is still cached."""
+    import inspect
+
+    from overmind.userline import OvermindWarning
+
+    monkeypatch.setenv("OVERMIND_STRICT", "0")
+    source, first = inspect.getsourcelines(wl.steps_aside_inside)
+    line = first + next(i for i, text in enumerate(source) if "fallback.step_aside(" in text)
+    clear_calls("warning_loaders")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        overmind.load(wl.steps_aside_inside, "outer")
+        overmind.load(wl.steps_aside_inside, "outer")
+    ours = [(w.filename, w.lineno) for w in caught if issubclass(w.category, OvermindWarning)]
+    assert ours == [(wl.__file__, line)]
+    assert recorded_calls("warning_loaders") == ["outer"]  # cached: the second call was a hit

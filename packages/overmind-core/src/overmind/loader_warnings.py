@@ -169,6 +169,8 @@ def _where_live(msg: Any) -> tuple | None:
     chain = _chain(sys._getframe(2))  # the frame that warned (or called the C function that did), and up
     for j, frame in enumerate(chain):
         if frame.f_code.co_filename == msg.filename and frame.f_lineno == msg.lineno:
+            if _is_overmind_category(msg.message):
+                return ("frame", frame)  # Overmind names the user's line itself (userline.py), not by stacklevel
             plain = [f for f in chain if not _is_overmind(f)]
             return ("frame", plain[j]) if j < len(plain) else ("sys",)
     if msg.filename == "sys" and msg.lineno == 1:
@@ -244,11 +246,14 @@ def _showwarnmsg(msg: Any) -> None:
     site: tuple = (msg.filename, msg.lineno, module, None, None)  # what warn_explicit gets without the rest
     try:
         where = _where_live(msg)
-        if where is None:
+        if _is_overmind_category(msg.message):
+            pass  # Overmind's own (a nested load stepping aside): about this process, not the entry
+        elif where is None:
             for rec in recordings:
                 rec.doubt("the loader issued a warning at a place of its own (warnings.warn_explicit)")
         else:
             _note(recordings, msg.message, where)
+        if where is not None:
             site = _site(where)
     except Exception as e:  # Overmind's own failure: the warning is still shown, the result not cached
         for rec in recordings:
@@ -265,8 +270,12 @@ def _doubt_other_threads() -> None:
             rec.doubt("another thread warned while the loader ran")
 
 
+def _is_overmind_category(message: Warning) -> bool:
+    return type(message).__module__.split(".")[0] == "overmind"
+
+
 def _note(recordings: list[Recording], message: Warning, where: tuple) -> None:
-    if type(message).__module__.split(".")[0] == "overmind":
+    if _is_overmind_category(message):
         return  # Overmind's own (a nested load stepping aside) is about this process, not the entry
     try:
         filename, lineno, module, _registry_, _globals = _site(where, peek=True)
