@@ -26,6 +26,7 @@ from ..errors import OvermindError
 
 FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGWINCH", "SIGCONT", "SIGUSR1", "SIGUSR2", "SIGALRM")
 ENV_DISABLE = "OVERMIND_RUN_DISABLE"
+_mask_before_hold: set | None = None  # this thread's signal mask before hold_signals(), while they are held
 
 
 class Fallback(OvermindError):
@@ -98,6 +99,7 @@ def start(program: dict, inherited: dict, runtime_dir: str | None):
     try:
         return _start(program, inherited, runtime_dir)
     except Stale:
+        release_signals()  # a template started now must not inherit the held mask
         return _start(program, inherited, runtime_dir)
 
 
@@ -150,6 +152,9 @@ def _start(program: dict, inherited: dict, runtime_dir: str | None):
         names.append("cwd")
         fds.append(cwd_fd)
         try:
+            # From here the program may run before this process relays: hold what relay_until_end forwards. (Not
+            # earlier: a template this process starts would inherit the mask.)
+            hold_signals()
             wire.send(conn, request(program, first, inherited, names), fds)
         finally:
             os.close(cwd_fd)
@@ -210,6 +215,26 @@ def shadowing(first: str | None, top_level) -> str | None:
     return None
 
 
+def hold_signals() -> None:
+    """Block the signals :func:`relay_until_end` forwards (and SIGTSTP) until its handlers are in place. The
+    program may run, and a supervisor signal it, before this process can forward: held, such a signal reaches the
+    program once the relay starts, instead of ending this process by its default action. The program's own mask
+    is the caller's (``_inherited_signals``, read before); every path on is :func:`relay_until_end` or
+    :func:`plain_exec` (or ``commands._run_plain``), which release them."""
+    global _mask_before_hold
+    if _mask_before_hold is None:
+        _mask_before_hold = signal.pthread_sigmask(
+            signal.SIG_BLOCK, [getattr(signal, name) for name in (*FORWARDED, "SIGTSTP")])
+
+
+def release_signals() -> None:
+    """Undo :func:`hold_signals`: what was held is delivered now, to whatever handles it by then."""
+    global _mask_before_hold
+    if _mask_before_hold is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, _mask_before_hold)
+        _mask_before_hold = None
+
+
 def relay(conn, pidfd: int, pid: int) -> None:
     """Forward signals to the child until the template reports its end; then end as it did."""
     status = relay_until_end(conn, pidfd, pid)
@@ -247,6 +272,7 @@ def relay_until_end(conn, pidfd: int, pid: int) -> int | None:
     for name in FORWARDED:
         signal.signal(getattr(signal, name), forward)
     signal.signal(signal.SIGTSTP, stop)
+    release_signals()  # what arrived since the program started is forwarded now
     try:
         message, fds = wire.receive(conn)
         for fd in fds:
@@ -286,6 +312,7 @@ def exit_like(status: int) -> None:
 
 def plain_exec(argv: list[str]) -> None:
     """Replace this process with ``python [its options] <argv>``, as the user would have run it."""
+    release_signals()  # an exec keeps the mask: python starts with the caller's, and gets what was held
     args = list(argv)
     if args and args[0] == "--":
         args = args[1:]

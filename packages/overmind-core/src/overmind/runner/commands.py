@@ -127,23 +127,34 @@ _PASSED_TO_PLAIN_CHILD = ("SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGALRM")
 def _run_plain(argv: list[str]) -> tuple[int, float, int]:
     """Run ``python [its options] <argv>`` as a child, as the user would have run it, passing on its descriptors
     and the signals sent to this process; ``(pid, start time, wait status)``."""
-    from .client import _options
+    from .client import _options, release_signals
 
     args = argv[1:] if argv[:1] == ["--"] else list(argv)
     sys.stdout.flush()
     sys.stderr.flush()
-    proc = subprocess.Popen([sys.orig_argv[0] if sys.orig_argv else sys.executable, *_options(), *args],
-                            executable=sys.executable, close_fds=False)
-    started = time.monotonic()
+    children: list = []
+    early: list[int] = []  # sent before the child existed: passed on once it does
 
     def forward(signum, _frame):
+        if not children:
+            early.append(signum)
+            return
         try:
-            proc.send_signal(signum)
+            children[0].send_signal(signum)
         except OSError:
             pass
 
+    # In place before the child can run (a signal sent to this process right after it starts is passed on, not
+    # this process's death); the child starts with the caller's mask and default handlers (exec resets them).
     for name in _PASSED_TO_PLAIN_CHILD:
         signal.signal(getattr(signal, name), forward)
+    release_signals()
+    proc = subprocess.Popen([sys.orig_argv[0] if sys.orig_argv else sys.executable, *_options(), *args],
+                            executable=sys.executable, close_fds=False)
+    started = time.monotonic()
+    children.append(proc)
+    for signum in early:
+        forward(signum, None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGQUIT, signal.SIG_IGN)
     code = proc.wait()
