@@ -34,6 +34,8 @@ import warnings
 from types import FrameType
 from typing import Any, Iterator
 
+from .userline import is_overmind
+
 _local = threading.local()
 _lock = threading.RLock()
 _active: list[Recording] = []  # every thread's recordings
@@ -62,11 +64,6 @@ def _filters() -> list:
     return warnings.filters  # type: ignore[return-value]  # a list (typeshed says Sequence)
 
 
-def _is_overmind(frame: FrameType) -> bool:
-    name = frame.f_globals.get("__name__") or ""
-    return name == "overmind" or name.startswith(("overmind.", "overmind_"))
-
-
 def _chain(frame: FrameType | None) -> list[FrameType]:
     out = []
     while frame is not None:
@@ -77,7 +74,7 @@ def _chain(frame: FrameType | None) -> list[FrameType]:
 
 def _plain_chain(frame: FrameType | None) -> list[FrameType]:
     """The frames from ``frame`` up, as a plain call would have them: without Overmind's own."""
-    return [f for f in _chain(frame) if not _is_overmind(f)]
+    return [f for f in _chain(frame) if not is_overmind(f)]
 
 
 class Recording:
@@ -171,7 +168,7 @@ def _where_live(msg: Any) -> tuple | None:
         if frame.f_code.co_filename == msg.filename and frame.f_lineno == msg.lineno:
             if _is_overmind_category(msg.message):
                 return ("frame", frame)  # Overmind names the user's line itself (userline.py), not by stacklevel
-            plain = [f for f in chain if not _is_overmind(f)]
+            plain = [f for f in chain if not is_overmind(f)]
             return ("frame", plain[j]) if j < len(plain) else ("sys",)
     if msg.filename == "sys" and msg.lineno == 1:
         return ("sys",)

@@ -33,6 +33,11 @@ _ALWAYS_INTERNAL = frozenset({"overmind", "importlib", "<frozen importlib", "con
                               "threading", "concurrent"})
 
 
+def is_overmind(frame) -> bool:
+    """Whether ``frame`` runs Overmind's code (the core or an ``overmind_*`` adapter)."""
+    return _top_package(frame) == "overmind"
+
+
 def _top_package(frame) -> str:
     name = frame.f_globals.get("__name__") or ""
     if not name or name == "__main__":
