@@ -29,7 +29,7 @@ import report  # noqa: E402
 # Buckets for the profile: the first pattern found in a function's "file:line(name)" names its bucket.
 BUCKETS = [
     ("tokenizer rebuild (overmind-transformers)", ("tokenizer_reduce",)),
-    ("pristine checks (pagemap reads)", ("mappings.py", "_is_pristine")),
+    ("pristine checks (pagemap reads)", ("shm/pagemap.py", "_is_pristine")),
     ("cache key (fingerprints, canon)", ("overmind/key.py",)),
     ("tensor rebuild (torch._utils)", ("torch/_utils.py",)),
     ("the C unpickler itself (object graph)", ("_pickle.Unpickler",)),

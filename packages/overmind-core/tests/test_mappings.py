@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import torch
 
-from overmind.shm import mappings
+from overmind.shm import mappings, pagemap
 from overmind.shm.reader import EntryMapping
 from overmind.shm.writer import write_entry
 
-PAGE = mappings.PAGE
+PAGE = pagemap.PAGE
 
 
 def _mapped_entry(n_pages: int) -> EntryMapping:
@@ -28,13 +28,13 @@ def test_written_pages_are_seen_and_untouched_ones_are_not():
     ta, tb = (torch.empty(0, dtype=torch.uint8).set_(s) for s in (a, b))
     assert ta[5] == 5 and tb[0] == 0  # read: pages faulted in from the memfd, still pristine
     ranges = [(a.data_ptr(), a.nbytes()), (b.data_ptr(), b.nbytes())]
-    assert mappings.all_pristine(ranges)
+    assert pagemap.all_pristine(ranges)
     gap = m.storage(10 * PAGE, PAGE)
     torch.empty(0, dtype=torch.uint8).set_(gap).fill_(1)  # written, but between the two ranges
-    assert mappings.all_pristine(ranges), "a written page in a gap between ranges must not count"
+    assert pagemap.all_pristine(ranges), "a written page in a gap between ranges must not count"
     tb[PAGE + 1] = 7
-    assert not mappings.all_pristine(ranges)
-    assert mappings.all_pristine(ranges[:1])
+    assert not pagemap.all_pristine(ranges)
+    assert pagemap.all_pristine(ranges[:1])
     assert mappings.locate(b.data_ptr(), b.nbytes()) is None  # no longer the entry's bytes
     loc = mappings.locate(a.data_ptr(), a.nbytes())
     assert loc == ("e-1", 0)

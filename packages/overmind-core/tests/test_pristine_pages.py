@@ -1,11 +1,12 @@
 """The pagemap reading behind provenance and references: a written page anywhere in a range is seen, a written
-page in a gap between ranges is not, and the byte-level reading agrees with the bit definitions entry by entry."""
+page in a gap between ranges is not, the byte-level reading agrees with the bit definitions entry by entry, and an
+encode's snapshot (``PageSnapshot``) answers as a fresh read would, across its chunks' edges."""
 from __future__ import annotations
 
 import random
 import struct
 
-from overmind.shm import mappings
+from overmind.shm import pagemap
 
 PRESENT, SWAPPED, FILE_OR_SHARED = 1 << 63, 1 << 62, 1 << 61
 
@@ -28,7 +29,7 @@ def test_written_pages_match_the_bit_definitions_on_random_pagemaps():
         base = rng.randint(0, 10**6)
         cuts = sorted(rng.sample(range(n), min(n, rng.randint(1, 6))))
         pieces = [(base + a, base + min(n - 1, a + rng.randint(0, 20))) for a in cuts]
-        assert mappings._written_pages(raw, base, pieces) == _reference(entries, base, pieces), (trial, pieces)
+        assert pagemap._written_pages(raw, base, pieces) == _reference(entries, base, pieces), (trial, pieces)
 
 
 def test_one_written_page_among_many_untouched_is_seen_and_one_in_a_gap_is_not():
@@ -36,8 +37,8 @@ def test_one_written_page_among_many_untouched_is_seen_and_one_in_a_gap_is_not()
     entries = [PRESENT | FILE_OR_SHARED] * n
     entries[4321] = PRESENT | 0x1234  # private anonymous: written
     raw = struct.pack(f"<{n}Q", *entries)
-    assert mappings._written_pages(raw, 100, [(100, 100 + n - 1)])
-    assert not mappings._written_pages(raw, 100, [(100, 100 + 4320), (100 + 4322, 100 + n - 1)])
+    assert pagemap._written_pages(raw, 100, [(100, 100 + n - 1)])
+    assert not pagemap._written_pages(raw, 100, [(100, 100 + 4320), (100 + 4322, 100 + n - 1)])
 
 
 def test_a_forked_child_reads_its_own_pages_not_its_parents(tmp_path):
@@ -52,13 +53,13 @@ def test_a_forked_child_reads_its_own_pages_not_its_parents(tmp_path):
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
     buf = (mmap.PAGESIZE * 4 * __import__("ctypes").c_char).from_buffer(mm)
     ptr = __import__("ctypes").addressof(buf)
-    assert mm[0] == 1 and mappings.all_pristine([(ptr, 4 * mmap.PAGESIZE)])  # the parent's fd is open now
+    assert mm[0] == 1 and pagemap.all_pristine([(ptr, 4 * mmap.PAGESIZE)])  # the parent's fd is open now
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: write one page, then ask
         try:
             mm[mmap.PAGESIZE] = 2
-            seen = mappings.all_pristine([(ptr, 4 * mmap.PAGESIZE)])
+            seen = pagemap.all_pristine([(ptr, 4 * mmap.PAGESIZE)])
             os.write(w, b"clean" if seen else b"written")
         finally:
             os._exit(0)
@@ -66,6 +67,85 @@ def test_a_forked_child_reads_its_own_pages_not_its_parents(tmp_path):
     answer = os.read(r, 16)
     os.waitpid(pid, 0)
     assert answer == b"written", "the child read its parent's pagemap"
-    assert mappings.all_pristine([(ptr, 4 * mmap.PAGESIZE)])  # the parent's pages are untouched
+    assert pagemap.all_pristine([(ptr, 4 * mmap.PAGESIZE)])  # the parent's pages are untouched
+    del buf
+    mm.close()
+
+
+class _SmallChunks(pagemap.PageSnapshot):
+    CHUNK_PAGES = 4  # ranges cross chunk edges at every few pages
+
+
+def _private_file_mapping(tmp_path, n_pages: int):
+    import ctypes
+    import mmap
+
+    path = tmp_path / "weights.bin"
+    path.write_bytes(bytes(range(256)) * (n_pages * mmap.PAGESIZE // 256))
+    with open(path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    buf = (ctypes.c_char * (n_pages * mmap.PAGESIZE)).from_buffer(mm)
+    return mm, buf, ctypes.addressof(buf)
+
+
+_N_PAGES = 37
+
+
+def test_a_snapshot_answers_as_a_fresh_read_does(tmp_path):
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    mm, buf, ptr = _private_file_mapping(tmp_path, _N_PAGES)
+    page = pagemap.PAGE
+    ranges = st.tuples(st.integers(0, _N_PAGES * page - 1), st.integers(0, 3 * page))
+
+    @settings(max_examples=60, deadline=None)
+    @given(read=st.sets(st.integers(0, _N_PAGES - 1)), written=st.sets(st.integers(0, _N_PAGES - 1)),
+           asked=st.lists(ranges, min_size=1, max_size=12), chunked=st.sampled_from([_SmallChunks, pagemap.PageSnapshot]))
+    def check(read, written, asked, chunked):
+        # A fresh private mapping per example: a page once written stays written.
+        nonlocal mm, buf, ptr
+        del buf
+        mm.close()
+        mm, buf, ptr = _private_file_mapping(tmp_path, _N_PAGES)
+        for p in read:
+            assert mm[p * page] == 0  # faulted in from the file: still the file's page
+        for p in written:
+            mm[p * page + 1] = 0xAB
+        snap = chunked()
+        for offset, nbytes in asked:
+            nbytes = min(nbytes, _N_PAGES * page - offset)
+            expected = pagemap.is_pristine(ptr + offset, nbytes)
+            first, last = offset // page, (offset + max(nbytes, 1) - 1) // page
+            assert expected == (nbytes == 0 or not any(first <= p <= last for p in written))
+            assert snap.pristine(ptr + offset, nbytes) == expected, (offset, nbytes, sorted(written))
+
+    check()
+    del buf
+    mm.close()
+
+
+def test_a_snapshot_keeps_its_first_read_and_a_new_one_sees_later_writes(tmp_path):
+    # The documented lifetime: one encode. A write after the snapshot read its chunk is not seen by it.
+    mm, buf, ptr = _private_file_mapping(tmp_path, 8)
+    snap = pagemap.PageSnapshot()
+    assert snap.pristine(ptr, 8 * pagemap.PAGE)
+    mm[3 * pagemap.PAGE] = 1
+    assert snap.pristine(ptr + 3 * pagemap.PAGE, 1)
+    assert not pagemap.PageSnapshot().pristine(ptr + 3 * pagemap.PAGE, 1)
+    assert not pagemap.is_pristine(ptr, 8 * pagemap.PAGE)
+    del buf
+    mm.close()
+
+
+def test_a_snapshot_that_cannot_read_pagemap_calls_every_page_written(tmp_path, monkeypatch):
+    mm, buf, ptr = _private_file_mapping(tmp_path, 2)
+
+    def unreadable():
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(pagemap, "_pagemap_fd", unreadable)
+    assert not pagemap.PageSnapshot().pristine(ptr, pagemap.PAGE)
+    assert not pagemap.is_pristine(ptr, pagemap.PAGE)
     del buf
     mm.close()

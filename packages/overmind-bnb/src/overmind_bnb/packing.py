@@ -217,7 +217,7 @@ def adopt(root: Any) -> int:
     forms = root.__dict__.pop(MARKER, None)
     if not forms:
         return 0
-    from overmind.shm import mappings
+    from overmind.shm import pagemap
 
     adopted = 0
     for param, packed, changes, deleted in forms:
@@ -228,7 +228,7 @@ def adopt(root: Any) -> int:
         except _Unprovable as e:
             log.debug("overmind-bnb: the CPU packing of a cached weight is not used: %s", e)
             continue
-        if not mappings.all_pristine(ranges):
+        if not pagemap.all_pristine(ranges):
             continue
         key = id(quant_state)
         with _lock:
@@ -266,13 +266,13 @@ def _pending(param: Any) -> tuple | None:
 
 
 def _still_valid(rec: _Prepared, qweight: Any, quant_state: Any) -> bool:
-    from overmind.shm import mappings
+    from overmind.shm import pagemap
 
     try:
         fingerprint, ranges = _fingerprint(qweight, quant_state)
     except _Unprovable:
         return False
-    return fingerprint == rec.fingerprint and mappings.all_pristine(ranges)
+    return fingerprint == rec.fingerprint and pagemap.all_pristine(ranges)
 
 
 def _take(qweight: Any, quant_state: Any) -> _Prepared | None:

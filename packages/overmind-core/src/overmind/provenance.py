@@ -182,12 +182,12 @@ def _ranges(shot: Any) -> list[tuple[int, int]]:
 
 def _still_mapped(shot: Any) -> bool:
     """Every tensor's storage lies in a live entry mapping and its pages are untouched."""
-    from .shm import mappings
+    from .shm import mappings, pagemap
 
     ranges = [(p, n) for p, n in _ranges(shot) if n]
     if not all(mappings.contains(p) for p, _ in ranges):
         return False  # moved to a GPU, converted, or replaced by a tensor from elsewhere
-    return mappings.all_pristine(ranges)
+    return pagemap.all_pristine(ranges)
 
 
 def remember_origin(obj: Any, key: str, describe_config: Callable[[Any], Any]) -> None:

@@ -12,7 +12,7 @@ Referenced only when every check holds, else copied as before:
   ``mprotect`` count as one); not anonymous, ``[heap]``, a memfd or a ``(deleted)`` file;
 - the path, opened ``O_RDONLY``, is a regular file with the mapping's device and inode, and the range lies
   within its size;
-- no page of the range was written (``mappings.is_pristine``): a page the loader or the user wrote is a private
+- no page of the range was written (:mod:`.pagemap`): a page the loader or the user wrote is a private
   anonymous page, and its bytes are no longer the file's.
 
 >>> maps = FileMaps()
@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 from ..errors import OvermindError
 from ..protocol import file_entry_id, file_identity, is_file_entry
-from . import mappings
+from . import pagemap
 
 _MAX_KNOWN = 4096
 
@@ -98,9 +98,11 @@ def _parse_maps() -> list[_Span]:
 
 
 class FileMaps:
-    """This process's file mappings, read from /proc/self/maps once (on the first question) per encode."""
+    """This process's file mappings, read from /proc/self/maps once (on the first question) per encode; the pages'
+    state asked of ``pages``, the encode's snapshot (a new one if none is given)."""
 
-    def __init__(self) -> None:
+    def __init__(self, pages: pagemap.PageSnapshot | None = None) -> None:
+        self._pages = pages if pages is not None else pagemap.PageSnapshot()
         self._spans: list[_Span] | None = None
         self._starts: list[int] = []
         self._files: dict[tuple[int, int, str], FileRef | None] = {}
@@ -122,7 +124,7 @@ class FileMaps:
         offset = span.offset + (ptr - span.start)
         if ref is None or offset + nbytes > ref.identity["size"]:
             return None
-        if not mappings.is_pristine(ptr, nbytes):
+        if not self._pages.pristine(ptr, nbytes):
             return None
         _remember(ref)
         return FileLocation(ref.file_id, offset)

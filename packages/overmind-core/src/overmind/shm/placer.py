@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .. import settings
-from . import filemaps, mappings
+from . import filemaps, mappings, pagemap
 from .layout import DATA_FIRST_OFFSET, STORAGE_ALIGN, align
 
 if TYPE_CHECKING:
@@ -40,7 +40,9 @@ class Placer:
         self.in_place: set[int] = set()  # offsets of the storages already in the arena
         self.deps: set[str] = set()
         self._seen: dict[tuple, tuple[str | None, int]] = {}
-        self._files = filemaps.FileMaps() if reference_mapped and settings.current().file_references else None
+        self._pages = pagemap.PageSnapshot()  # one encode's look at which pages were written (see pagemap.py)
+        self._files = (filemaps.FileMaps(self._pages) if reference_mapped and settings.current().file_references
+                       else None)
 
     def place(self, untyped: torch.UntypedStorage) -> tuple[str | None, int]:
         """``(where, offset)``: ``where`` is ``None`` for this entry's data region, or the entry_id of the
@@ -64,7 +66,7 @@ class Placer:
                 self.in_place.add(offset)
                 return (None, offset)
         if self.reference_mapped and device.type == "cpu":
-            loc = mappings.locate(untyped.data_ptr(), nbytes)
+            loc = mappings.locate(untyped.data_ptr(), nbytes, self._pages)
             if loc is not None:
                 self.deps.add(loc.entry_id)
                 return (loc.entry_id, loc.offset)
