@@ -47,6 +47,7 @@ def load(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
 def _load(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
     if fallback.disabled():
         return fn(*args, **kwargs)
+    _start_server_early()
     try:
         with collector.paused():  # the key walks the arguments: no collection over the heap meanwhile
             loader = key.describe_loader(fn)
@@ -61,6 +62,15 @@ def _load(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
                             f"({type(e).__name__}: {e}); loaded without the cache. Please report this.", e)
         return fn(*args, **kwargs)
     return _cached_call(loader, cache_key, args, kwargs, _Recheck(loader, arguments, extra), arguments=arguments)
+
+
+def _start_server_early() -> None:
+    """A process's first load begins the server's start before its key is computed: the two overlap. Silent: the
+    load's connection starts the server again, or warns, if this did not work."""
+    from .client import prepare_client
+
+    with contextlib.suppress(Exception):
+        prepare_client()
 
 
 class _Recheck:

@@ -449,6 +449,21 @@ def get_client() -> Client:
         return client
 
 
+def prepare_client() -> None:
+    """Make this process's ``Client`` for the current runtime directory, once, and begin its server's start if
+    none runs (``launcher.start_early``): the first load calls this before computing its key, so the two overlap.
+    Raises what ``Client()`` raises for a bad directory; starts nothing when a client exists already."""
+    directory = runtime.default_runtime_dir()
+    with _clients_lock:
+        if directory in _clients:
+            return
+    client = get_client()
+    if client.autostart:
+        from .launcher import start_early
+
+        start_early(client.runtime_dir)
+
+
 def _reinit_after_fork() -> None:
     global _clients_lock
     _clients_lock = threading.Lock()  # another thread may have held it at fork time

@@ -6,11 +6,17 @@ server runs detached (its own session) so it outlives the process that started i
 
 Whatever stands in the way (an interpreter that does not run, a directory at ``spawn.lock``, a runtime
 directory this user cannot write, a bad setting) raises ``ServerUnavailable`` saying what and what to do,
-never a bare ``OSError``: ``overmind.load`` then runs uncached with one warning. ``preflight`` lists the
+never a bare ``OSError``: ``overmind.load`` then runs uncached with one warning.
+
+``start_early()`` begins a start on a helper thread and returns at once: a process's first load calls it before
+computing its key, so the server's start (~50 ms) overlaps that work; the ``ensure_server`` of the load's
+connection then waits for the start in flight instead of spinning on the spawn lock. An early start that fails
+says nothing: the load's own ``ensure_server`` tries again and reports what stands in the way. ``preflight`` lists the
 same problems without starting anything, for ``overmind doctor``. Files in the runtime directory are opened
 with ``O_NOFOLLOW``: a symlink planted there is refused, never followed.
 
 >>> path = ensure_server()
+>>> start_early()       # returns at once; a later ensure_server() waits for this start
 """
 from __future__ import annotations
 
@@ -73,7 +79,13 @@ def ensure_server(runtime_dir: str | None = None, timeout: float | None = None) 
     if timeout is None:
         timeout = timeouts.start_timeout()
     deadline = time.monotonic() + timeout
+    early = _early.get(directory)
+    if early is not None and early is not threading.current_thread():
+        early.join(timeout)  # this process's early start: its end, not a poll of the spawn lock
+        if accepts(path):
+            return path
     lock_fd = _open_private(runtime.spawn_lock_path(directory), os.O_RDWR)
+    _held.add(lock_fd)
     try:
         if not _lock_until(lock_fd, deadline):
             if accepts(path):
@@ -81,7 +93,64 @@ def ensure_server(runtime_dir: str | None = None, timeout: float | None = None) 
             raise _unavailable(directory, f"another process has been starting the server for {timeout:g} s")
         return _start_and_wait(directory, path, deadline, timeout)
     finally:
+        _held.discard(lock_fd)
         os.close(lock_fd)  # releases the flock
+
+
+_early: dict[str, threading.Thread] = {}  # runtime directory -> this process's early start of its server
+_early_lock = threading.Lock()
+_held: set[int] = set()  # spawn-lock fds open in this process (a forked child closes its copies)
+
+
+def start_early(runtime_dir: str | None = None) -> None:
+    """Begin starting the server of ``runtime_dir`` on a helper thread, unless one accepts or a start of this
+    process is in flight; returns at once and never raises (the next ``ensure_server`` reports any problem)."""
+    try:
+        directory = runtime.runtime_dir(runtime_dir)
+        if accepts(runtime.socket_path(directory)):
+            return
+        with _early_lock:
+            running = _early.get(directory)
+            if running is not None and running.is_alive():
+                return
+            helper = threading.Thread(target=_start_quietly, args=(directory,), name="overmind-server-start",
+                                      daemon=True)
+            _early[directory] = helper
+            helper.start()
+    except Exception:  # noqa: BLE001  (a bad directory, no thread: the load's own start says what is wrong)
+        return
+
+
+def starting(runtime_dir: str | None = None) -> bool:
+    """Whether this process's early start of the server of ``runtime_dir`` (default: the current one) is still
+    in flight: no server accepted when it began, and it has not finished. A load then knows it is a miss."""
+    directory = os.path.abspath(runtime_dir or runtime.default_runtime_dir())
+    helper = _early.get(directory)
+    return helper is not None and helper.is_alive()
+
+
+def _start_quietly(directory: str) -> None:
+    try:
+        ensure_server(directory)
+    except Exception:  # noqa: BLE001  (the load's ensure_server tries again and reports it)
+        pass
+
+
+def _after_fork_in_child() -> None:
+    # The child has none of the parent's threads: no early start is in flight here, and a spawn lock the parent
+    # held is one the child holds too (the flock lives on the open file) until this copy is closed.
+    global _early_lock
+    _early_lock = threading.Lock()
+    _early.clear()
+    for fd in list(_held):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _start_and_wait(directory: str, path: str, deadline: float, timeout: float) -> str:
