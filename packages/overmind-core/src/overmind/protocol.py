@@ -12,7 +12,6 @@ object and is followed by frames ``{"more_fds": k}``, each carrying ``k`` furthe
 from __future__ import annotations
 
 import array
-import hashlib
 import json
 import os
 import socket
@@ -56,6 +55,8 @@ def file_identity(st: os.stat_result) -> dict[str, int]:
 def file_entry_id(identity: dict[str, int]) -> str:
     """``file-<digest>`` of a file identity: one id per file version, the same in every process."""
     text = ",".join(str(int(identity[f])) for f in FILE_IDENTITY_FIELDS)
+    import hashlib  # here: the server imports this module at its start, and hashes only file entries' ids
+
     return FILE_ENTRY_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

@@ -1,13 +1,15 @@
-"""``python -m overmind.server [--runtime-dir D] [--foreground]``: run the Overmind server.
+"""``python -m overmind.server [--runtime-dir D] [--foreground] [--max-bytes SIZE]``: run the Overmind server.
 
 Normally started by ``overmind.launcher.ensure_server`` (detached, output appended to the log) or
 by ``overmind serve``. ``--foreground`` also logs to stderr, for running it in a terminal.
+
+The three options are read by :func:`parse_args`, not ``argparse``: the server starts before a process's first load
+can go on, and argparse with what it imports (gettext, locale, shutil) was ~8 ms of that start and ~1 MiB of a
+process that lives for hours. ``overmind serve`` (``cli.py``) is the command with help text and checked options.
 """
 from __future__ import annotations
 
-import argparse
 import logging
-import logging.handlers
 import sys
 
 from .. import runtime
@@ -16,23 +18,57 @@ from .budget import ENV_MAX_BYTES, max_bytes_from_env, parse_size
 from .daemon import AlreadyRunning, Server
 from .limits import Limits
 
+USAGE = ("usage: python -m overmind.server [--runtime-dir D] [--foreground] [--max-bytes SIZE]\n"
+         "  --runtime-dir D   runtime directory (default: $OVERMIND_RUNTIME_DIR, $XDG_RUNTIME_DIR/overmind or "
+         "/tmp/overmind-<uid>)\n"
+         "  --foreground      also log to stderr\n"
+         f"  --max-bytes SIZE  memory budget, e.g. 8G (default: ${ENV_MAX_BYTES} or half of RAM)\n")
+
+
+class UsageError(ValueError):
+    """A command line :func:`parse_args` does not accept."""
+
+
+def parse_args(argv: list[str]) -> dict:
+    """``{"runtime_dir", "foreground", "max_bytes"}`` from ``argv``; ``--opt VALUE`` and ``--opt=VALUE`` both work.
+    Raises :class:`UsageError` naming the argument it refuses."""
+    opts: dict = {"runtime_dir": None, "foreground": False, "max_bytes": None}
+    rest = list(argv)
+    while rest:
+        arg = rest.pop(0)
+        name, eq, value = arg.partition("=")
+        if name == "--foreground" and not eq:
+            opts["foreground"] = True
+        elif name in ("--runtime-dir", "--max-bytes"):
+            if not eq:
+                if not rest or rest[0].startswith("--"):
+                    raise UsageError(f"{name} needs a value")
+                value = rest.pop(0)
+            opts[name[2:].replace("-", "_")] = value
+        else:
+            raise UsageError(f"unrecognized argument: {arg}")
+    return opts
+
 
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, set up logging, serve; returns the process exit status."""
-    parser = argparse.ArgumentParser(prog="python -m overmind.server", description=__doc__.splitlines()[0])
-    parser.add_argument("--runtime-dir", help="runtime directory (default: $OVERMIND_RUNTIME_DIR, "
-                        "$XDG_RUNTIME_DIR/overmind or /tmp/overmind-<uid>)")
-    parser.add_argument("--foreground", action="store_true", help="also log to stderr")
-    parser.add_argument("--max-bytes", help=f"memory budget, e.g. 8G (default: ${ENV_MAX_BYTES} or half of RAM)")
-    args = parser.parse_args(argv)
+    args = sys.argv[1:] if argv is None else argv
+    if "-h" in args or "--help" in args:
+        sys.stdout.write(USAGE)
+        return 0
     try:
-        directory = runtime.runtime_dir(args.runtime_dir)
-        max_bytes = parse_size(args.max_bytes) if args.max_bytes else max_bytes_from_env()
+        opts = parse_args(args)
+    except UsageError as exc:
+        sys.stderr.write(f"{USAGE}python -m overmind.server: error: {exc}\n")
+        return 2
+    try:
+        directory = runtime.runtime_dir(opts["runtime_dir"])
+        max_bytes = parse_size(opts["max_bytes"]) if opts["max_bytes"] else max_bytes_from_env()
         limits = Limits.from_env()
     except (OvermindError, ValueError) as exc:
         print(f"overmind server: {exc}", file=sys.stderr)
         return 2
-    _setup_logging(runtime.log_path(directory), args.foreground)
+    _setup_logging(runtime.log_path(directory), opts["foreground"])
     try:
         Server(directory, max_bytes, limits).serve_forever()
     except AlreadyRunning as exc:

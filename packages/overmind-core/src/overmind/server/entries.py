@@ -25,7 +25,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import secrets
 import stat
 import time
 from dataclasses import dataclass, field
@@ -123,7 +122,7 @@ class Store:
         self._claims: dict[str, int] = {}
         self._used = 0
         self._changed: set[str] = set()
-        self._nonce = secrets.token_hex(4)
+        self._nonce = os.urandom(4).hex()
         self._ids = itertools.count(1)
         self._ticks = itertools.count(1)
         self.blobs = blobs.BlobIndex()  # bytes the entries hold, for a publisher's dedup (overmind.dedup)
