@@ -1,5 +1,5 @@
 """``python -m overmind.server``'s command line (a hand parser, not argparse) and what the server imports at its start:
-the standard library's lighter half and overmind, never argparse, hashlib's OpenSSL or secrets (start time and memory
+the standard library's lighter half and overmind, never argparse, hashlib's OpenSSL, secrets or typing (start time and memory
 of a process that lives for hours, docs/benchmarks.md)."""
 from __future__ import annotations
 
@@ -50,12 +50,12 @@ def test_the_module_prints_usage_for_help_and_exits_2_on_a_bad_argument(tmp_path
     assert bad.returncode == 2 and "error: unrecognized argument: --bogus" in bad.stderr, bad.stderr
 
 
-def test_the_server_imports_neither_argparse_nor_hashlib_nor_secrets_at_its_start():
+def test_the_server_imports_neither_argparse_nor_hashlib_nor_secrets_nor_typing_at_its_start():
     # As the launcher runs it: python -S, overmind on PYTHONPATH.
     from overmind.launcher import server_env
 
     code = ("import sys, overmind.server.__main__, overmind.server.daemon, overmind.server.logfile\n"
-            "print(sorted(m for m in ('argparse', 'hashlib', '_hashlib', 'secrets', 'gettext', 'shutil') "
+            "print(sorted(m for m in ('argparse', 'hashlib', '_hashlib', 'secrets', 'gettext', 'shutil', 'typing') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-S", "-c", code], env=server_env(), capture_output=True, text=True,
                          check=True, cwd=os.path.dirname(os.path.abspath(__file__)))

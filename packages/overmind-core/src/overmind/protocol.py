@@ -16,9 +16,12 @@ import json
 import os
 import socket
 import struct
-from typing import Any, Iterable
 
 from .errors import OvermindError
+
+TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
+if TYPE_CHECKING:
+    from typing import Any, Iterable
 
 # 2: publish replies like a get hit (the entry and its fds), so a miss costs one round trip. A client and a
 # server of different versions refuse each other at hello with a message naming the fix ('overmind stop').

@@ -23,7 +23,10 @@ import os
 import re
 import threading
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Iterator, Mapping
+
+TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterator, Mapping
 
 __all__ = ["Setting", "Settings", "DECLARED", "current", "reload", "describe", "problems", "clean_env",
            "parse_bool", "parse_seconds", "parse_size"]

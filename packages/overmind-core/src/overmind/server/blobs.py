@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
 
 from ..errors import OvermindError
+
+TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
+if TYPE_CHECKING:
+    from typing import Any
 
 # How many holders one key answers with: a second one is there only when two loaders wrote the same bytes
 # concurrently (or with dedup off); more would be a key shared by different bytes, each costing a compare.

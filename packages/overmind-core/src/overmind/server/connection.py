@@ -15,7 +15,6 @@ import struct
 import sys
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..protocol import PROTOCOL_VERSION, close_fds
@@ -23,7 +22,10 @@ from . import blobs
 from .entries import GetOutcome, StoreError
 from .wire import FrameReader, Outbox
 
+TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
 if TYPE_CHECKING:
+    from typing import Any
+
     from .daemon import Server
 
 log = logging.getLogger("overmind.server")

@@ -28,11 +28,14 @@ import os
 import stat
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..errors import OvermindError
 from ..protocol import FILE_IDENTITY_FIELDS, file_entry_id, file_identity, is_file_entry
 from . import blobs, sealing
+
+TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
+if TYPE_CHECKING:
+    from typing import Any
 
 log = logging.getLogger("overmind.server")
 

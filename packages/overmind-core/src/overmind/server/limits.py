@@ -9,7 +9,10 @@ The timeouts can be changed through the environment the server starts with (test
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+
+TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
+if TYPE_CHECKING:
+    from typing import Mapping
 
 ENV_HELLO_TIMEOUT = "OVERMIND_HELLO_TIMEOUT"
 ENV_IDLE_TIMEOUT = "OVERMIND_IDLE_TIMEOUT"

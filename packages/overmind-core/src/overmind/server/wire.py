@@ -13,10 +13,13 @@ import json
 import socket
 import struct
 import time
-from typing import Any
 
 from ..protocol import MAX_FDS_PER_FRAME, ConnectionClosed, FrameError, close_fds
 from .limits import Limits
+
+TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
+if TYPE_CHECKING:
+    from typing import Any
 
 _HEADER = struct.Struct(">I")
 _FD_SIZE = array.array("i").itemsize
