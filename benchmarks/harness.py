@@ -75,17 +75,21 @@ class Harness:
         """Run ``script argv`` to completion; returns its report plus ``process_s`` (spawn to exit, seconds)."""
         log = self._log_path(label)
         with open(log, "w") as err:
+            read0 = disk_read_bytes()
             t_spawn = time.time()
             t0 = time.perf_counter()
             proc = subprocess.run([sys.executable, script, *argv], stdout=subprocess.PIPE, stderr=err, text=True,
                                   env=self._env(mode, runtime_dir, {"BENCH_T0": repr(t_spawn), **(env or {})}),
                                   timeout=self.timeout, stdin=subprocess.DEVNULL)
             process_s = time.perf_counter() - t0
+            read1 = disk_read_bytes()
         report = _parse(proc.stdout)
         if proc.returncode != 0 or report is None:
             raise ChildFailed(f"{label}: {script} exited {proc.returncode} with{'out' if report is None else ''} a "
                               f"report; stderr tail ({log}):\n{_tail(log)}")
         report["process_s"] = process_s
+        if read0 is not None and read1 is not None:
+            report["disk_read_bytes"] = read1 - read0  # the whole machine's, while this process ran
         report["label"] = label
         return report
 
@@ -145,6 +149,22 @@ def stop_server(runtime_dir: str) -> None:
     for pid in server_pids(runtime_dir):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, 9)
+
+
+def disk_read_bytes() -> int | None:
+    """Bytes this machine has read from block devices since boot (``pgpgin`` of ``/proc/vmstat``, KiB), or None.
+
+    A process timed while this grows read files from disk, not from the page cache: on a machine that pages out
+    memory left untouched for a while (this VM runs DAMON with a ``pageout`` scheme, docs/benchmarks.md), the
+    first process after a long one may read back the libraries' files, and its time says so only with this."""
+    try:
+        with open("/proc/vmstat") as f:
+            for line in f:
+                if line.startswith("pgpgin "):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def smaps_rollup(pid: int) -> dict[str, int]:

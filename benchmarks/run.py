@@ -46,6 +46,7 @@ BLOG_MEASURES = [
     ("times.pipeline", "pipeline", "s"),
     ("times.import", "imports (torch, diffusers)", "s"),
     ("process_s", "whole process (spawn to exit)", "s"),
+    ("disk_read_bytes", "read from disk meanwhile (pgpgin)", "MiB"),
 ]
 FIRST_USE_MEASURES = [
     ("times.load_and_touch", "load + read every weight", "s"),
