@@ -6,14 +6,14 @@ server runs detached (its own session) so it outlives the process that started i
 
 Whatever stands in the way (an interpreter that does not run, a directory at ``spawn.lock``, a runtime
 directory this user cannot write, a bad setting) raises ``ServerUnavailable`` saying what and what to do,
-never a bare ``OSError``: ``overmind.load`` then runs uncached with one warning.
+never a bare ``OSError``: ``overmind.load`` then runs uncached with one warning. ``preflight`` lists the
+same problems without starting anything, for ``overmind doctor``. Files in the runtime directory are opened
+with ``O_NOFOLLOW``: a symlink planted there is refused, never followed.
 
 ``start_early()`` begins a start on a helper thread and returns at once: a process's first load calls it before
 computing its key, so the server's start (~50 ms) overlaps that work; the ``ensure_server`` of the load's
-connection then waits for the start in flight instead of spinning on the spawn lock. An early start that fails
-says nothing: the load's own ``ensure_server`` tries again and reports what stands in the way. ``preflight`` lists the
-same problems without starting anything, for ``overmind doctor``. Files in the runtime directory are opened
-with ``O_NOFOLLOW``: a symlink planted there is refused, never followed.
+connection then waits for the start in flight instead of polling the spawn lock. An early start that fails
+says nothing: the load's own ``ensure_server`` tries again and reports what stands in the way.
 
 >>> path = ensure_server()
 >>> start_early()       # returns at once; a later ensure_server() waits for this start
@@ -123,7 +123,7 @@ def start_early(runtime_dir: str | None = None) -> None:
 
 def starting(runtime_dir: str | None = None) -> bool:
     """Whether this process's early start of the server of ``runtime_dir`` (default: the current one) is still
-    in flight: no server accepted when it began, and it has not finished. A load then knows it is a miss."""
+    in flight: no server accepted when it began, and it has not finished."""
     directory = os.path.abspath(runtime_dir or runtime.default_runtime_dir())
     helper = _early.get(directory)
     return helper is not None and helper.is_alive()
