@@ -17,14 +17,14 @@ def test_start_early_returns_at_once_and_ensure_server_waits_for_that_start(over
     sock = runtime.socket_path(overmind_runtime)
     assert not launcher.accepts(sock)
     launcher.start_early(overmind_runtime)
-    assert launcher.starting(overmind_runtime), "the start runs on a helper thread, not in the call"
     helper = launcher._early[os.path.abspath(overmind_runtime)]
+    assert helper.is_alive(), "the start runs on a helper thread, not in the call"
     assert helper.name == "overmind-server-start" and helper.daemon
     assert launcher.ensure_server(overmind_runtime) == sock
-    assert not helper.is_alive() and not launcher.starting(overmind_runtime)
+    assert not helper.is_alive()
     pid = Client(overmind_runtime).status()["pid"]
     launcher.start_early(overmind_runtime)  # a server accepts: nothing to start
-    assert not launcher.starting(overmind_runtime)
+    assert launcher._early[os.path.abspath(overmind_runtime)] is helper
     assert Client(overmind_runtime).status()["pid"] == pid
 
 
@@ -47,7 +47,7 @@ def test_a_failed_early_start_is_silent_and_the_load_warns_once(overmind_runtime
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")
         assert overmind.load(_triple, 5) == [5, 5, 5]
-    assert not launcher.starting(overmind_runtime)
+    assert not launcher._early[os.path.abspath(overmind_runtime)].is_alive()
     messages = [str(w.message) for w in got]
     assert len(messages) == 1 and "the server is unavailable" in messages[0], messages
     assert "No module named 'encodings'" in messages[0] or "exited with status" in messages[0], messages

@@ -121,14 +121,6 @@ def start_early(runtime_dir: str | None = None) -> None:
         return
 
 
-def starting(runtime_dir: str | None = None) -> bool:
-    """Whether this process's early start of the server of ``runtime_dir`` (default: the current one) is still
-    in flight: no server accepted when it began, and it has not finished."""
-    directory = os.path.abspath(runtime_dir or runtime.default_runtime_dir())
-    helper = _early.get(directory)
-    return helper is not None and helper.is_alive()
-
-
 def _start_quietly(directory: str) -> None:
     try:
         ensure_server(directory)

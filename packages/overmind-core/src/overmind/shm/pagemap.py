@@ -92,7 +92,7 @@ class PageSnapshot:
             raw = os.pread(_pagemap_fd(), n * 8, c * n * 8)
         except OSError:
             raw = b""
-        written = raw[7::8].translate(_WRITTEN) if len(raw) == n * 8 else None
+        written = _written_map(raw) if len(raw) == n * 8 else None
         self._written[c] = written
         return written
 
@@ -119,8 +119,14 @@ def _pagemap_fd() -> int:
 _WRITTEN = bytes(1 if (b & 0xC0) and not (b & 0x20) else 0 for b in range(256))
 
 
+def _written_map(raw: bytes) -> bytes:
+    """One byte per pagemap entry of ``raw``: 1 where that page was written. Untouched pages are absent (never
+    faulted) or mapped from the file or memfd (bit 61 set). Plain bytes operations: a pipeline's 400k pages are
+    read in about a millisecond."""
+    return raw[7::8].translate(_WRITTEN)
+
+
 def _written_pages(raw: bytes, base: int, pieces: list[tuple[int, int]]) -> bool:
-    # Untouched pages are absent (never faulted) or mapped from the memfd (bit 61 set). Gaps between pieces
-    # don't count. Plain bytes operations: a pipeline's 400k pages are read in about a millisecond.
-    written = raw[7::8].translate(_WRITTEN)
+    # Gaps between pieces don't count.
+    written = _written_map(raw)
     return any(1 in written[first - base:last - base + 1] for first, last in pieces)
