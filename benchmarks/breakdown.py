@@ -7,6 +7,8 @@ byte compares of storages another entry may hold), ``write_entry``, ``server_pub
 ``rebuild``; ``rebuild`` contains ``map`` and ``unpickle``. What no step covers in a cold load (its total
 minus ``key``, ``server_get`` and ``publish``) is the library's own loader running inside Overmind.
 ``load`` is an ``overmind.load`` call from its key on (get, the loader on a miss, publish, rebuild);
+``server_spawn`` is a first load's spawn of a server holding its key (``launcher.start_holding``: the
+server's start then overlaps the loader; the publish's ``server_start`` waits for whatever is left of it);
 ``collector`` is the time Python's garbage collector ran inside ``key`` or ``load`` (``gc.callbacks``; in a cold load that includes the collections of the library's own loader),
 ``collector_outside`` the collections elsewhere in the process after :func:`install`.
 
@@ -25,6 +27,7 @@ STEPS = {
     "load": ("overmind.api", "_cached_call"),
     "key": ("overmind.key", "make_key"),
     "server_start": ("overmind.launcher", "ensure_server"),
+    "server_spawn": ("overmind.launcher", "start_holding"),
     "server_get": ("overmind.client", "Client.get"),
     "publish": ("overmind.api", "publish"),
     "pickle": ("overmind.pickling", "dumps"),

@@ -17,17 +17,23 @@ _values = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characte
                   max_size=12).filter(lambda v: not v.startswith("--"))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(runtime_dir=st.none() | _values, max_bytes=st.none() | _values, foreground=st.booleans(),
-       joined=st.lists(st.booleans(), min_size=2, max_size=2), order=st.permutations([0, 1, 2]))
-def test_every_spelling_of_the_options_parses_to_their_values(runtime_dir, max_bytes, foreground, joined, order):
-    parts: list[list[str]] = [[], [], []]
-    for i, (name, value) in enumerate((("--runtime-dir", runtime_dir), ("--max-bytes", max_bytes))):
+       claim=st.none() | st.tuples(_values, st.integers(1, 2**22)),
+       joined=st.lists(st.booleans(), min_size=4, max_size=4), order=st.permutations([0, 1, 2, 3, 4]))
+def test_every_spelling_of_the_options_parses_to_their_values(runtime_dir, max_bytes, foreground, claim, joined,
+                                                              order):
+    key, pid = claim if claim is not None else (None, None)
+    parts: list[list[str]] = [[], [], [], [], []]
+    named = (("--runtime-dir", runtime_dir), ("--max-bytes", max_bytes), ("--claim", key),
+             ("--claim-pid", None if pid is None else str(pid)))
+    for i, (name, value) in enumerate(named):
         if value is not None:
             parts[i] = [f"{name}={value}"] if joined[i] else [name, value]
-    parts[2] = ["--foreground"] if foreground else []
+    parts[4] = ["--foreground"] if foreground else []
     argv = [a for i in order for a in parts[i]]
-    assert parse_args(argv) == {"runtime_dir": runtime_dir, "foreground": foreground, "max_bytes": max_bytes}
+    assert parse_args(argv) == {"runtime_dir": runtime_dir, "foreground": foreground, "max_bytes": max_bytes,
+                                "claim": key, "claim_pid": pid}
 
 
 @pytest.mark.parametrize("argv, says", [
@@ -36,6 +42,10 @@ def test_every_spelling_of_the_options_parses_to_their_values(runtime_dir, max_b
     (["--foreground=yes"], "unrecognized argument: --foreground=yes"),
     (["--runtime"], "unrecognized argument: --runtime"),
     (["serve"], "unrecognized argument: serve"),
+    (["--claim", "k"], "--claim and --claim-pid go together"),
+    (["--claim-pid", "12"], "--claim and --claim-pid go together"),
+    (["--claim", "k", "--claim-pid", "me"], "--claim-pid needs a process id, got 'me'"),
+    (["--claim", "k", "--claim-pid=0"], "--claim-pid needs a process id, got '0'"),
 ])
 def test_a_bad_command_line_is_refused_by_name(argv, says):
     with pytest.raises(UsageError, match=says):

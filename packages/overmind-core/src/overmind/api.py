@@ -47,7 +47,6 @@ def load(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
 def _load(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
     if fallback.disabled():
         return fn(*args, **kwargs)
-    _start_server_early()
     try:
         with collector.paused():  # the key walks the arguments: no collection over the heap meanwhile
             loader = key.describe_loader(fn)
@@ -62,15 +61,6 @@ def _load(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
                             f"({type(e).__name__}: {e}); loaded without the cache. Please report this.", e)
         return fn(*args, **kwargs)
     return _cached_call(loader, cache_key, args, kwargs, _Recheck(loader, arguments, extra), arguments=arguments)
-
-
-def _start_server_early() -> None:
-    """A process's first load begins the server's start before its key is computed: the two overlap. Silent: the
-    load's connection starts the server again, or warns, if this did not work."""
-    from .client import prepare_client
-
-    with contextlib.suppress(Exception):
-        prepare_client()
 
 
 class _Recheck:
@@ -105,13 +95,15 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
     call_frame = sys._getframe()  # where the loader's warnings count their stacklevel from (loader_warnings.py)
     if ck.key in stack:
         return fn(*args, **kwargs)  # the loader calls itself with the same arguments: no claim to wait on
-    from .client import get_client
+    from .client import GetResult, get_client
 
     t0 = time.perf_counter()
     try:
         wait_s = _wait_timeout(nested=bool(stack))
         client = get_client()
-        res = client.get(ck.key, claim=True, wait=True, timeout=wait_s)
+        # No server yet: this load is a miss, claimed by the server this process starts for it (handoff.py).
+        res = GetResult("claimed") if client.claim_by_starting(ck.key) else \
+            client.get(ck.key, claim=True, wait=True, timeout=wait_s)
     except OvermindError as e:
         fallback.step_aside(f"overmind: the server is unavailable ({fallback.brief(e)}); loaded {loader.name} "
                             f"without the cache. Run 'overmind doctor'.", e)

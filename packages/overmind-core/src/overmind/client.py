@@ -113,6 +113,19 @@ class Client:
             self._drop_connection()
             raise
 
+    def claim_by_starting(self, key: str) -> bool:
+        """With no server running, start one that holds ``key`` claimed for this process and return True: the key is
+        a miss (a new server holds nothing) and this process's to load, at once, while the server starts
+        (``launcher.start_holding``). False when this process has a connection, a server runs or one is starting:
+        ask with :meth:`get`. Raises ``ServerUnavailable`` when no server can be spawned."""
+        if os.getpid() != self._pid:
+            self._after_fork()
+        if not self.autostart or self._conns:
+            return False
+        from .launcher import start_holding
+
+        return start_holding(self.runtime_dir, key)
+
     def publish_hit(self, key: str, fd: int, *, deps: Iterable[str] = (), meta: dict[str, Any] | None = None,
                     files: Iterable[tuple[dict[str, Any], int]] = ()) -> GetResult:
         """Publish the sealed memfd ``fd`` (left open) as ``key``; the reply is a ``hit`` on the entry now
@@ -447,21 +460,6 @@ def get_client() -> Client:
         if client is None:
             client = _clients[directory] = Client(directory)
         return client
-
-
-def prepare_client() -> None:
-    """Make this process's ``Client`` for the current runtime directory, once, and begin its server's start if
-    none runs (``launcher.start_early``): the first load calls this before computing its key, so the two overlap.
-    Raises what ``Client()`` raises for a bad directory; starts nothing when a client exists already."""
-    directory = runtime.default_runtime_dir()
-    with _clients_lock:
-        if directory in _clients:
-            return
-    client = get_client()
-    if client.autostart:
-        from .launcher import start_early
-
-        start_early(client.runtime_dir)
 
 
 def _reinit_after_fork() -> None:

@@ -18,7 +18,7 @@ import contextlib
 import threading
 from typing import Iterator
 
-from .errors import OvermindError, ServerError
+from .errors import OvermindError, ServerError, ServerUnavailable
 from .lazylog import logger
 from .userline import OvermindWarning, warn_at_user_line  # noqa: F401 - re-exported: fallback.OvermindWarning
 
@@ -111,5 +111,9 @@ class LoaderRun:
             log.debug("overmind: not caching %s either: %s", name, cause)
             return
         self._causes.add(type(cause))
+        if isinstance(cause, ServerUnavailable):  # the server this load started for its publish did not come up
+            step_aside(f"overmind: the server is unavailable ({brief(cause)}); loaded {name} without the cache. "
+                       f"Run 'overmind doctor'.", cause)
+            return
         step_aside(f"overmind: could not cache {name} ({type(cause).__name__}: {cause}); returned the plain "
                    f"result.{fix_for(cause)}", cause)

@@ -10,16 +10,18 @@ never a bare ``OSError``: ``overmind.load`` then runs uncached with one warning.
 same problems without starting anything, for ``overmind doctor``. Files in the runtime directory are opened
 with ``O_NOFOLLOW``: a symlink planted there is refused, never followed.
 
-``start_early()`` begins a start on a helper thread and returns at once: a process's first load calls it before
-computing its key, so the server's start (~50 ms) overlaps that work; the ``ensure_server`` of the load's
-connection then waits for the start in flight instead of polling the spawn lock. An early start that fails
-says nothing: the load's own ``ensure_server`` tries again and reports what stands in the way.
+``start_holding(key)`` is a process's first load when no server runs: that load is a miss (a new server holds
+nothing), so it spawns the server with ``key`` claimed for this process (``server/handoff.py``) and returns at once;
+the loader runs while the server starts (~50 ms), and a helper thread waits for the server and frees the spawn lock.
+The ``ensure_server`` of the load's publish then waits for that start instead of polling the spawn lock. A server
+that fails to start is reported there, by the load's one warning.
 
 >>> path = ensure_server()
->>> start_early()       # returns at once; a later ensure_server() waits for this start
+>>> start_holding(key)  # True: spawned, key claimed for this process; False: a server runs or is starting
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -79,9 +81,9 @@ def ensure_server(runtime_dir: str | None = None, timeout: float | None = None) 
     if timeout is None:
         timeout = timeouts.start_timeout()
     deadline = time.monotonic() + timeout
-    early = _early.get(directory)
-    if early is not None and early is not threading.current_thread():
-        early.join(timeout)  # this process's early start: its end, not a poll of the spawn lock
+    starting = _starting.get(directory)
+    if starting is not None and starting is not threading.current_thread():
+        starting.join(timeout)  # this process's start in flight: its end, not a poll of the spawn lock
         if accepts(path):
             return path
     lock_fd = _open_private(runtime.spawn_lock_path(directory), os.O_RDWR)
@@ -97,43 +99,73 @@ def ensure_server(runtime_dir: str | None = None, timeout: float | None = None) 
         os.close(lock_fd)  # releases the flock
 
 
-_early: dict[str, threading.Thread] = {}  # runtime directory -> this process's early start of its server
-_early_lock = threading.Lock()
+_starting: dict[str, threading.Thread] = {}  # runtime directory -> this process's start of its server, in flight
 _held: set[int] = set()  # spawn-lock fds open in this process (a forked child closes its copies)
 
 
-def start_early(runtime_dir: str | None = None) -> None:
-    """Begin starting the server of ``runtime_dir`` on a helper thread, unless one accepts or a start of this
-    process is in flight; returns at once and never raises (the next ``ensure_server`` reports any problem)."""
+def start_holding(runtime_dir: str | None, key: str) -> bool:
+    """Spawn the server of ``runtime_dir`` with ``key`` claimed for this process, unless a server accepts or some
+    process (this one included) is starting one; True when it spawned it. Returns at once: a helper thread waits
+    until the server accepts, holding the spawn lock meanwhile so that nobody spawns a second one.
+
+    True means the key is this process's to load now: the server takes the claim before it listens, so any other
+    process asking for the key waits for this one's publish. Raises ``ServerUnavailable`` when the server cannot
+    be spawned at all (the directory, the interpreter); a server that starts and then fails is reported by the
+    next ``ensure_server``."""
+    directory = runtime.runtime_dir(runtime_dir)
+    path = runtime.socket_path(directory)
+    if accepts(path):
+        return False
+    lock_fd = _open_private(runtime.spawn_lock_path(directory), os.O_RDWR)
     try:
-        directory = runtime.runtime_dir(runtime_dir)
-        if accepts(runtime.socket_path(directory)):
-            return
-        with _early_lock:
-            running = _early.get(directory)
-            if running is not None and running.is_alive():
-                return
-            helper = threading.Thread(target=_start_quietly, args=(directory,), name="overmind-server-start",
-                                      daemon=True)
-            _early[directory] = helper
-            helper.start()
-    except Exception:  # noqa: BLE001  (a bad directory, no thread: the load's own start says what is wrong)
-        return
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # another process (or thread of this one) is starting the server: ask it, as usual
+        os.close(lock_fd)
+        return False
+    _held.add(lock_fd)
+    try:
+        proc = None if accepts(path) or not server_lock_free(directory) else _spawn(directory, claim=key)
+    except BaseException:
+        _unlock(lock_fd)
+        raise
+    if proc is None:  # a server runs or is on its way after all
+        _unlock(lock_fd)
+        return False
+    helper = threading.Thread(target=_finish_start, args=(directory, path, lock_fd, proc, timeouts.start_timeout()),
+                              name="overmind-server-start", daemon=True)
+    with _starting_lock:
+        _starting[directory] = helper
+    helper.start()
+    return True
 
 
-def _start_quietly(directory: str) -> None:
+_starting_lock = threading.Lock()
+
+
+def _unlock(lock_fd: int) -> None:
+    _held.discard(lock_fd)
+    with contextlib.suppress(OSError):
+        os.close(lock_fd)  # releases the flock
+
+
+def _finish_start(directory: str, path: str, lock_fd: int, proc: subprocess.Popen, timeout: float) -> None:
+    """On the helper thread: wait until the server spawned by ``start_holding`` accepts (or the one that was already
+    starting, if it found one), then free the spawn lock and reap it. Silent: the next ``ensure_server`` tries again
+    and reports a failure."""
     try:
-        ensure_server(directory)
-    except Exception:  # noqa: BLE001  (the load's ensure_server tries again and reports it)
+        _start_and_wait(directory, path, time.monotonic() + timeout, timeout, proc)
+    except Exception:  # noqa: BLE001  (the load's publish calls ensure_server, which tries again and reports it)
         pass
+    finally:
+        _unlock(lock_fd)
 
 
 def _after_fork_in_child() -> None:
-    # The child has none of the parent's threads: no early start is in flight here, and a spawn lock the parent
+    # The child has none of the parent's threads: no start is in flight here, and a spawn lock the parent
     # held is one the child holds too (the flock lives on the open file) until this copy is closed.
-    global _early_lock
-    _early_lock = threading.Lock()
-    _early.clear()
+    global _starting_lock
+    _starting_lock = threading.Lock()
+    _starting.clear()
     for fd in list(_held):
         try:
             os.close(fd)
@@ -145,9 +177,10 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _start_and_wait(directory: str, path: str, deadline: float, timeout: float) -> str:
-    """With the spawn lock held: spawn a server unless one is up or on its way, then wait until it accepts."""
-    proc: subprocess.Popen | None = None
+def _start_and_wait(directory: str, path: str, deadline: float, timeout: float,
+                    proc: subprocess.Popen | None = None) -> str:
+    """With the spawn lock held: spawn a server unless one is up or on its way (``proc``: one this process spawned
+    already), then wait until it accepts."""
     try:
         while time.monotonic() < deadline:
             if accepts(path):
@@ -193,14 +226,18 @@ def _lock_until(fd: int, deadline: float) -> bool:
         time.sleep(_POLL_S)
 
 
-def server_command(directory: str) -> list[str]:
+def server_command(directory: str, claim: str | None = None) -> list[str]:
     """The command line that runs the server of ``directory``.
 
     ``-S``: no ``site``. The server imports the standard library and overmind alone, and :func:`server_env` names
     overmind's folder on ``PYTHONPATH``; site's work (every ``.pth`` of the environment, an editable install's
     import finder, ``sitecustomize``) is start-up time (~35 ms of the ~0.1 s a first load waits for the server)
-    and memory in a process that lives for hours."""
-    return [sys.executable, "-S", "-m", "overmind.server", "--runtime-dir", directory]
+    and memory in a process that lives for hours. ``claim``: the key this process loads while the server starts,
+    which the server holds for it (``server/handoff.py``)."""
+    command = [sys.executable, "-S", "-m", "overmind.server", "--runtime-dir", directory]
+    if claim is not None:
+        command += ["--claim", claim, "--claim-pid", str(os.getpid())]
+    return command
 
 
 def server_env() -> dict[str, str]:
@@ -261,14 +298,14 @@ def _open_private(path: str, flags: int) -> int:
     return fd
 
 
-def _spawn(directory: str) -> subprocess.Popen:
+def _spawn(directory: str, claim: str | None = None) -> subprocess.Popen:
     problem = interpreter_problem()
     if problem:
         raise _unavailable(directory, problem)
     log_fd = _open_private(runtime.log_path(directory), os.O_WRONLY | os.O_APPEND)
     try:
         return subprocess.Popen(
-            server_command(directory), stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
+            server_command(directory, claim), stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd,
             start_new_session=True, close_fds=True, env=server_env(), cwd="/",
         )
     except OSError as exc:

@@ -1,9 +1,11 @@
-"""``python -m overmind.server [--runtime-dir D] [--foreground] [--max-bytes SIZE]``: run the Overmind server.
+"""``python -m overmind.server [--runtime-dir D] [--foreground] [--max-bytes SIZE] [--claim KEY --claim-pid PID]``:
+run the Overmind server.
 
-Normally started by ``overmind.launcher.ensure_server`` (detached, output appended to the log) or
-by ``overmind serve``. ``--foreground`` also logs to stderr, for running it in a terminal.
+Normally started by ``overmind.launcher`` (detached, output appended to the log) or by ``overmind serve``.
+``--foreground`` also logs to stderr, for running it in a terminal. ``--claim KEY --claim-pid PID``: the launcher's
+process loads ``KEY`` while the server starts, and the server holds that claim for it (``handoff.py``).
 
-The three options are read by :func:`parse_args`, not ``argparse``: the server starts before a process's first load
+The options are read by :func:`parse_args`, not ``argparse``: the server starts before a process's first load
 can go on, and argparse with what it imports (gettext, locale, shutil) was ~8 ms of that start and ~1 MiB of a
 process that lives for hours. ``overmind serve`` (``cli.py``) is the command with help text and checked options.
 """
@@ -22,7 +24,9 @@ USAGE = ("usage: python -m overmind.server [--runtime-dir D] [--foreground] [--m
          "  --runtime-dir D   runtime directory (default: $OVERMIND_RUNTIME_DIR, $XDG_RUNTIME_DIR/overmind or "
          "/tmp/overmind-<uid>)\n"
          "  --foreground      also log to stderr\n"
-         f"  --max-bytes SIZE  memory budget, e.g. 8G (default: ${ENV_MAX_BYTES} or half of RAM)\n")
+         f"  --max-bytes SIZE  memory budget, e.g. 8G (default: ${ENV_MAX_BYTES} or half of RAM)\n"
+         "  --claim KEY --claim-pid PID\n"
+         "                    hold KEY claimed for PID, the process starting this server (the launcher's)\n")
 
 
 class UsageError(ValueError):
@@ -30,16 +34,16 @@ class UsageError(ValueError):
 
 
 def parse_args(argv: list[str]) -> dict:
-    """``{"runtime_dir", "foreground", "max_bytes"}`` from ``argv``; ``--opt VALUE`` and ``--opt=VALUE`` both work.
-    Raises :class:`UsageError` naming the argument it refuses."""
-    opts: dict = {"runtime_dir": None, "foreground": False, "max_bytes": None}
+    """``{"runtime_dir", "foreground", "max_bytes", "claim", "claim_pid"}`` from ``argv``; ``--opt VALUE`` and
+    ``--opt=VALUE`` both work. Raises :class:`UsageError` naming the argument it refuses."""
+    opts: dict = {"runtime_dir": None, "foreground": False, "max_bytes": None, "claim": None, "claim_pid": None}
     rest = list(argv)
     while rest:
         arg = rest.pop(0)
         name, eq, value = arg.partition("=")
         if name == "--foreground" and not eq:
             opts["foreground"] = True
-        elif name in ("--runtime-dir", "--max-bytes"):
+        elif name in ("--runtime-dir", "--max-bytes", "--claim", "--claim-pid"):
             if not eq:
                 if not rest or rest[0].startswith("--"):
                     raise UsageError(f"{name} needs a value")
@@ -47,6 +51,12 @@ def parse_args(argv: list[str]) -> dict:
             opts[name[2:].replace("-", "_")] = value
         else:
             raise UsageError(f"unrecognized argument: {arg}")
+    if (opts["claim"] is None) != (opts["claim_pid"] is None):
+        raise UsageError("--claim and --claim-pid go together")
+    if opts["claim_pid"] is not None:
+        if not opts["claim_pid"].isdigit() or int(opts["claim_pid"]) <= 0:
+            raise UsageError(f"--claim-pid needs a process id, got {opts['claim_pid']!r}")
+        opts["claim_pid"] = int(opts["claim_pid"])
     return opts
 
 
@@ -70,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _setup_logging(runtime.log_path(directory), opts["foreground"])
     try:
-        Server(directory, max_bytes, limits).serve_forever()
+        claim = (opts["claim"], opts["claim_pid"]) if opts["claim"] is not None else None
+        Server(directory, max_bytes, limits, spawner_claim=claim).serve_forever()
     except AlreadyRunning as exc:
         print(exc, file=sys.stderr)
         return runtime.EXIT_ALREADY_RUNNING

@@ -194,6 +194,13 @@ class Connection:
             reply["fd_entries"] = out.fd_entries
         return reply, out.fds
 
+    def _own_key(self, msg: dict) -> str:
+        """The request's key; a claim the server took for this connection's process at its start (the spawner's,
+        ``handoff.py``) becomes this connection's when it first names the key."""
+        key = _key(msg)
+        self.store.adopt(key, self.conn_id, self.peer_pid)
+        return key
+
     # ---- ops: each takes (msg, received fds) and returns (reply, fds to send), or None when parked ---------
     def _op_hello(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
         close_fds(fds)
@@ -201,7 +208,7 @@ class Connection:
 
     def _op_get(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]] | None:
         close_fds(fds)
-        key = _key(msg)
+        key = self._own_key(msg)
         timeout = msg.get("timeout")
         if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)):
             raise BadRequest(f"'timeout' must be a number of seconds or null, got {timeout!r}")
@@ -216,7 +223,7 @@ class Connection:
 
     def _op_publish(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
         try:
-            key = _key(msg)
+            key = self._own_key(msg)
             deps = msg.get("deps", [])
             meta = msg.get("meta") or {}
             if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
@@ -250,7 +257,7 @@ class Connection:
 
     def _op_release(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
         close_fds(fds)
-        return {"ok": True, "released": self.store.release(_key(msg), self.conn_id)}, []
+        return {"ok": True, "released": self.store.release(self._own_key(msg), self.conn_id)}, []
 
     def _op_bad(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
         close_fds(fds)

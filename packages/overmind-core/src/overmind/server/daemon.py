@@ -29,7 +29,8 @@ from ..errors import OvermindError
 from ..protocol import ConnectionClosed, FrameError
 from . import watch
 from .connection import Connection, peer_credentials
-from .entries import Store
+from .entries import Store, process_owner
+from .handoff import SpawnerClaim
 from .limits import Limits
 from .wire import BufferBudget, FrameReader
 
@@ -45,9 +46,13 @@ class AlreadyRunning(OvermindError):
 
 
 class Server:
-    """``Server(runtime_dir, max_bytes).serve_forever()`` serves until ``stop``, SIGTERM or SIGINT."""
+    """``Server(runtime_dir, max_bytes).serve_forever()`` serves until ``stop``, SIGTERM or SIGINT.
 
-    def __init__(self, runtime_dir: str, max_bytes: int, limits: Limits | None = None) -> None:
+    ``spawner_claim``: ``(key, pid)``, the key its parent loads while it starts (``handoff.py``), claimed for
+    that process before the server listens."""
+
+    def __init__(self, runtime_dir: str, max_bytes: int, limits: Limits | None = None,
+                 spawner_claim: tuple[str, int] | None = None) -> None:
         self.runtime_dir = runtime.runtime_dir(runtime_dir)
         self.socket_file = runtime.socket_path(self.runtime_dir)
         self.log_file = runtime.log_path(self.runtime_dir)
@@ -69,12 +74,15 @@ class Server:
         self._accept_resume = 0.0
         self._next_watch = 0.0
         self._ids = itertools.count(1)
+        self._spawner_claim = spawner_claim
+        self._spawner: SpawnerClaim | None = None
 
     def serve_forever(self) -> None:
-        """Take the lock, bind, serve until asked to stop, then clean up."""
+        """Take the lock, hold the spawner's claim, bind, serve until asked to stop, then clean up."""
         self._take_lock()
         try:
             _raise_fd_limit()
+            self._hold_spawner_claim()  # before the socket exists: nobody can ask for the key first
             self._bind()
             self._install_signal_handlers()
             log.info("server pid %d serving %s (budget %d bytes)", os.getpid(), self.socket_file,
@@ -108,6 +116,29 @@ class Server:
     def waiting_count(self) -> int:
         """Requests parked on another connection's claim (reported by ``status``)."""
         return sum(len(q) for q in self._waiters.values())
+
+    # ---- the spawner's claim (handoff.py) ---------------------------------------------------------------
+    def _hold_spawner_claim(self) -> None:
+        if self._spawner_claim is None:
+            return
+        key, pid = self._spawner_claim
+        spawner = SpawnerClaim.take(key, pid)
+        if spawner is None:
+            return
+        self.store.hold_for_process(key, pid)
+        self._spawner = spawner
+        self._sel.register(spawner, selectors.EVENT_READ, spawner)
+        log.info("holding key %s for pid %d, which started this server and loads it", key[:12], pid)
+
+    def _spawner_exited(self, spawner: SpawnerClaim) -> None:
+        self._drop_spawner()
+        self.store.release_all(process_owner(spawner.pid), f"pid {spawner.pid}, which started the server,")
+
+    def _drop_spawner(self) -> None:
+        if self._spawner is not None:
+            self._sel.unregister(self._spawner)
+            self._spawner.close()
+            self._spawner = None
 
     # ---- lock and socket -------------------------------------------------------------------------------
     def _take_lock(self) -> None:
@@ -197,6 +228,8 @@ class Server:
             for key, mask in self._sel.select(self._select_timeout()):
                 if key.data is None:
                     self._accept()
+                elif isinstance(key.data, SpawnerClaim):
+                    self._spawner_exited(key.data)
                 else:
                     self._service(key.data, readable=bool(mask & selectors.EVENT_READ))
             self._settle()
@@ -358,6 +391,7 @@ class Server:
         for conn in list(self._conns.values()):
             self._close(conn, None)
         self._close_listener()
+        self._drop_spawner()
         if self._socket_identity is not None and watch.identity(self.socket_file) == self._socket_identity:
             try:
                 os.unlink(self.socket_file)

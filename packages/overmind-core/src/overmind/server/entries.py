@@ -115,6 +115,12 @@ class GetOutcome:
     fds: list[int] = field(default_factory=list)
 
 
+def process_owner(pid: int) -> int:
+    """The claim owner that stands for process ``pid`` until one of its connections adopts the claim; connection
+    ids count from 1, so the two never meet."""
+    return -pid
+
+
 class Store:
     """Entries by key and id, claims by key, and the byte budget."""
 
@@ -156,6 +162,16 @@ class Store:
             return GetOutcome("miss")
         self._claims[key] = owner
         return GetOutcome("claimed")
+
+    def hold_for_process(self, key: str, pid: int) -> None:
+        """Claim ``key`` for process ``pid`` before it has a connection (the spawner's claim, ``handoff.py``)."""
+        self._claims[key] = process_owner(pid)
+
+    def adopt(self, key: str, owner: int, pid: int) -> None:
+        """Hand a claim held for process ``pid`` (``hold_for_process``) to ``owner``, that process's connection
+        naming ``key``: from here the claim lives and ends with that connection, as any other."""
+        if self._claims.get(key) == process_owner(pid):
+            self._claims[key] = owner
 
     def take_changed(self) -> set[str]:
         """Keys published or released since the last call: requests parked on them may now proceed."""
