@@ -24,6 +24,17 @@ _rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and 
 os.environ["PYTHONPATH"] = os.pathsep.join([TEST_PLUGINS_DIR, *_rest])
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _session_runtime():
+    """A runtime directory private to this test session (one per xdist worker) for the tests that do not take their
+    own (``overmind_runtime``): a test never starts a server in, or reads the cache of, the user's default directory
+    (``/tmp/overmind-<uid>``). Its server is stopped at the end of the session."""
+    from overmind.testing import isolated_runtime
+
+    with isolated_runtime() as path:
+        yield path
+
+
 def pytest_configure(config: pytest.Config) -> None:
     stale = _stale_test_plugins()
     if stale:
