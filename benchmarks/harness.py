@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -76,18 +77,24 @@ class Harness:
         log = self._log_path(label)
         with open(log, "w") as err:
             read0 = disk_read_bytes()
+            cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             t_spawn = time.time()
             t0 = time.perf_counter()
             proc = subprocess.run([sys.executable, script, *argv], stdout=subprocess.PIPE, stderr=err, text=True,
                                   env=self._env(mode, runtime_dir, {"BENCH_T0": repr(t_spawn), **(env or {})}),
                                   timeout=self.timeout, stdin=subprocess.DEVNULL)
             process_s = time.perf_counter() - t0
+            cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             read1 = disk_read_bytes()
         report = _parse(proc.stdout)
         if proc.returncode != 0 or report is None:
             raise ChildFailed(f"{label}: {script} exited {proc.returncode} with{'out' if report is None else ''} a "
                               f"report; stderr tail ({log}):\n{_tail(log)}")
         report["process_s"] = process_s
+        # CPU time of the process (children reaped meanwhile: only this one; the server it may start is detached).
+        # More system time for the same work and page faults is the kernel's page work costing more (docs).
+        report["user_s"] = cpu1.ru_utime - cpu0.ru_utime
+        report["sys_s"] = cpu1.ru_stime - cpu0.ru_stime
         if read0 is not None and read1 is not None:
             report["disk_read_bytes"] = read1 - read0  # the whole machine's, while this process ran
         report["label"] = label

@@ -46,6 +46,8 @@ BLOG_MEASURES = [
     ("times.pipeline", "pipeline", "s"),
     ("times.import", "imports (torch, diffusers)", "s"),
     ("process_s", "whole process (spawn to exit)", "s"),
+    ("user_s", "whole process: CPU time, user", "s"),
+    ("sys_s", "whole process: CPU time, system", "s"),
     ("disk_read_bytes", "read from disk meanwhile (pgpgin)", "MiB"),
 ]
 FIRST_USE_MEASURES = [
@@ -55,12 +57,14 @@ FIRST_USE_MEASURES = [
 ]
 
 
-def fixture(scale: str) -> dict[str, str]:
+def fixture(scale: str, needed: tuple[str, ...] | None = None) -> dict[str, str]:
+    """The fixture's folders of ``scale``; exits saying what to run when one of ``needed`` (default: all) is
+    missing, so a scenario of the SD pipeline runs without the Llama written (``make_fixture.py --parts``)."""
     root = os.path.join(HERE, "fixtures", scale)
     paths = {name: os.path.join(root, name) for name in
              ("sd15-fp16", "sd15-fp32", "controlnet-depth", "controlnet-edge", "llama-1b")}
     for name, path in paths.items():
-        if not os.path.exists(os.path.join(path, ".complete")):
+        if (needed is None or name in needed) and not os.path.exists(os.path.join(path, ".complete")):
             sys.exit(f"run.py: the {scale} fixture is missing {path}. Run: python benchmarks/make_fixture.py "
                      f"--scale {scale}")
     return paths
@@ -228,7 +232,7 @@ def gpu(h, paths, n: int) -> tuple[str, dict]:
 
 
 def run_one(name: str, h, scale: str, n: int) -> tuple[str, dict]:
-    paths = fixture(scale)
+    paths = fixture(scale, NEEDS.get(name))
     if name in ("blog-fp16", "blog-fp32", "first-use-fp16", "first-use-fp32", "blog-first-fp16", "blog-first-fp32"):
         return blog(h, paths, name.rsplit("-", 1)[1], n, touch=name.startswith("first-use"),
                     activate_first=name.startswith("blog-first"))
@@ -244,7 +248,7 @@ def run_one(name: str, h, scale: str, n: int) -> tuple[str, dict]:
         return simple(h, "bnb_llama.py", [paths["llama-1b"]], n, name, "load",
                       [("times.load", "from_pretrained, 4-bit", "s")] + common)
     if name == "sfast":  # always the small pipeline: stable-fast on 2 CPU cores takes minutes at full size
-        return simple(h, "sfast_pipeline.py", [fixture("small")["sd15-fp32"]], n, name, "ready_and_first_call",
+        return simple(h, "sfast_pipeline.py", [fixture("small", ("sd15-fp32",))["sd15-fp32"]], n, name, "ready_and_first_call",
                       [("times.ready_and_first_call", "ready + first call", "s"),
                        ("times.ready", "ready: load + compile + warm-up", "s"),
                        ("times.first_call", "first call after ready", "s"), ("times.load", "load", "s"),
@@ -258,6 +262,11 @@ def run_one(name: str, h, scale: str, n: int) -> tuple[str, dict]:
         return module.scenario(h, paths, n)
     raise SystemExit(f"run.py: unknown scenario {name!r}")
 
+
+_SD = ("sd15-fp16", "sd15-fp32", "controlnet-depth", "controlnet-edge")
+NEEDS = {**{name: _SD for name in ("blog-fp16", "blog-fp32", "blog-first-fp16", "blog-first-fp32", "first-use-fp16",
+                                   "first-use-fp32", "memory-fp16", "memory-fp32", "gpu", "run")},
+         "bnb": ("llama-1b",), "minilm": (), "sfast": ()}  # the fixture folders each scenario reads
 
 ALL = ["blog-fp16", "blog-fp32", "blog-first-fp16", "blog-first-fp32", "first-use-fp16", "first-use-fp32", "memory-fp16", "memory-fp32", "minilm", "bnb",
        "sfast"]
