@@ -655,3 +655,45 @@ def test_the_fast_pickler_serves_a_container_argument_held_or_not():
         back = pickling.loads(p.skeleton, _source(p), p.pickler, mine, p.argument_aliases, p.argument_memo)
         assert back["nets"][0] is edge and back["nets"][1] is depth
         assert ("kept" in back) == keeps and (not keeps or back["kept"] is mine["controlnet"])
+
+
+# --- OrderedDict: the fast pickler's own reduce (no copyreg._slotnames per instance) is the type's own, byte for byte
+
+class _OrderedSub(collections.OrderedDict):
+    """A subclass keeps the default reduce (its slot names are cached on it)."""
+
+
+_names = st.sampled_from(["a", "b", "weight", "_modules", "x1"])
+
+
+def _ordered(kind, items, attrs):
+    od = (_OrderedSub if kind else collections.OrderedDict)(items)
+    for name, value in attrs:
+        setattr(od, name, value)  # an instance __dict__: the reduce's state
+    return od
+
+
+_ordered_graphs = st.recursive(
+    st.none() | st.integers(-5, 5) | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.builds(_ordered, st.booleans(), st.lists(st.tuples(_names, inner), max_size=4),
+                st.lists(st.tuples(_names, inner), max_size=2)),
+    max_leaves=12)
+
+
+@SETTINGS
+@given(graph=_ordered_graphs, share=st.booleans(), cycle=st.booleans())
+def test_an_ordered_dict_pickles_to_the_bytes_of_its_own_reduce(graph, share, cycle):
+    top = collections.OrderedDict(graph=graph)
+    if share:
+        top["again"] = graph  # a second reference: a memo hit either way
+    if cycle:
+        top["self"] = top
+        top.me = top
+    fast = pickling.dumps(top).skeleton
+    with mock.patch.object(pickling, "_ordered_dict_reduce", lambda od: NotImplemented):  # the type's own reduce
+        default = pickling.dumps(top).skeleton
+    assert fast == default
+    back = pickling.loads(fast, lambda *a: None)
+    assert type(back) is collections.OrderedDict and list(back) == list(top)
+    assert repr(back) == repr(top) if not cycle else back["self"] is back and back.me is back
