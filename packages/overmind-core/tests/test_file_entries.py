@@ -365,6 +365,25 @@ def test_an_entry_without_data_next_to_a_file_mapping_leaves_it_registered(check
     del empty
 
 
+@pytest.mark.parametrize("name, referenced", [("lib.so", False), ("libx.so.6.0.30", False), ("model.so.bin", True),
+                                              ("weights.sov", True), ("m.safetensors", True)])
+def test_a_shared_librarys_mapping_is_never_a_checkpoint(tmp_path, name, referenced):
+    # /proc/self/maps is read without the lines of shared libraries (~90% of them): bytes mapped from a file named as
+    # a library would be copied, never referenced; any other name is looked at.
+    path = tmp_path / name
+    path.write_bytes(bytes(range(256)) * 64)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        private = mmap.mmap(fd, 0, access=mmap.ACCESS_COPY)
+    finally:
+        os.close(fd)
+    t = torch.frombuffer(private, dtype=torch.uint8)
+    found = filemaps.FileMaps().locate(t.data_ptr(), 4096)
+    assert (found is not None) == referenced
+    del t
+    private.close()
+
+
 def test_detection_needs_a_clean_private_mapping_of_the_file(checkpoint, tmp_path):
     import ctypes
 
