@@ -95,11 +95,12 @@ def ensure_server(runtime_dir: str | None = None, timeout: float | None = None) 
             raise _unavailable(directory, f"another process has been starting the server for {timeout:g} s")
         return _start_and_wait(directory, path, deadline, timeout)
     finally:
-        _held.discard(lock_fd)
-        os.close(lock_fd)  # releases the flock
+        _unlock(lock_fd)
 
 
-_starting: dict[str, threading.Thread] = {}  # runtime directory -> this process's start of its server, in flight
+# runtime directory -> this process's start of its server, in flight. Set only by the thread holding the spawn lock
+# (a second start_holding, of any thread, fails to take it), so a plain dict assignment needs no lock of its own.
+_starting: dict[str, threading.Thread] = {}
 _held: set[int] = set()  # spawn-lock fds open in this process (a forked child closes its copies)
 
 
@@ -133,13 +134,9 @@ def start_holding(runtime_dir: str | None, key: str) -> bool:
         return False
     helper = threading.Thread(target=_finish_start, args=(directory, path, lock_fd, proc, timeouts.start_timeout()),
                               name="overmind-server-start", daemon=True)
-    with _starting_lock:
-        _starting[directory] = helper
+    _starting[directory] = helper
     helper.start()
     return True
-
-
-_starting_lock = threading.Lock()
 
 
 def _unlock(lock_fd: int) -> None:
@@ -163,8 +160,6 @@ def _finish_start(directory: str, path: str, lock_fd: int, proc: subprocess.Pope
 def _after_fork_in_child() -> None:
     # The child has none of the parent's threads: no start is in flight here, and a spawn lock the parent
     # held is one the child holds too (the flock lives on the open file) until this copy is closed.
-    global _starting_lock
-    _starting_lock = threading.Lock()
     _starting.clear()
     for fd in list(_held):
         try:
