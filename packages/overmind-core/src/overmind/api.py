@@ -105,8 +105,7 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         res = GetResult("claimed") if client.claim_by_starting(ck.key) else \
             client.get(ck.key, claim=True, wait=True, timeout=wait_s)
     except OvermindError as e:
-        fallback.step_aside(f"overmind: the server is unavailable ({fallback.brief(e)}); loaded {loader.name} "
-                            f"without the cache. Run 'overmind doctor'.", e)
+        fallback.server_unavailable(loader.name, e)
         return fn(*args, **kwargs)
     if res.status == "hit":
         assert res.entry is not None  # a hit carries its entry

@@ -74,6 +74,13 @@ def brief(e: BaseException) -> str:
     return (text.splitlines() or [""])[0].removeprefix("overmind: ")
 
 
+def server_unavailable(name: str, e: BaseException) -> None:
+    """Say that ``name`` loaded without the cache because no server answered (``e`` says why), or raise when
+    strict: the same words whether the load found no server before its loader ran or only at its publish."""
+    step_aside(f"overmind: the server is unavailable ({brief(e)}); loaded {name} without the cache. "
+               f"Run 'overmind doctor'.", e)
+
+
 def fix_for(e: BaseException) -> str:
     """The advice a "could not cache" warning ends with; empty where the error's own message already says
     what to do (an exception with ``has_fix``, such as every ``PicklingFailed``; the server's budget refusal,
@@ -112,8 +119,7 @@ class LoaderRun:
             return
         self._causes.add(type(cause))
         if isinstance(cause, ServerUnavailable):  # the server this load started for its publish did not come up
-            step_aside(f"overmind: the server is unavailable ({brief(cause)}); loaded {name} without the cache. "
-                       f"Run 'overmind doctor'.", cause)
+            server_unavailable(name, cause)
             return
         step_aside(f"overmind: could not cache {name} ({type(cause).__name__}: {cause}); returned the plain "
                    f"result.{fix_for(cause)}", cause)
