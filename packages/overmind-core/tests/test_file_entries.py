@@ -50,17 +50,22 @@ def write_checkpoint(path: str, seed: int) -> None:
         f.write(struct.pack("<Q", len(head)) + head + b"".join(blobs))
 
 
+def private_mapping(path) -> mmap.mmap:
+    """A private (copy-on-write) mapping of the whole file, as a lazy safetensors load makes."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return mmap.mmap(fd, 0, access=mmap.ACCESS_COPY)
+    finally:
+        os.close(fd)
+
+
 def load_checkpoint(path, edit=None):
     """Every tensor of ``path`` zero-copy over one private mapping of it (a lazy safetensors load).
 
     ``edit``: ``"write"`` adds 1 to part of ``b`` in place, ``"half"`` converts ``c`` to float16, ``"view"`` returns
     ``d`` as two views and writes the second (its storage partly dirty), ``"all"`` does the three."""
     record_call(path, CALLS)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        mm = mmap.mmap(fd, 0, access=mmap.ACCESS_COPY)
-    finally:
-        os.close(fd)
+    mm = private_mapping(path)
     (n,) = struct.unpack("<Q", mm[:8])
     header = json.loads(bytes(mm[8:8 + n]))
     out = {}
@@ -372,11 +377,7 @@ def test_a_shared_librarys_mapping_is_never_a_checkpoint(tmp_path, name, referen
     # a library would be copied, never referenced; any other name is looked at.
     path = tmp_path / name
     path.write_bytes(bytes(range(256)) * 64)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        private = mmap.mmap(fd, 0, access=mmap.ACCESS_COPY)
-    finally:
-        os.close(fd)
+    private = private_mapping(path)
     t = torch.frombuffer(private, dtype=torch.uint8)
     found = filemaps.FileMaps().locate(t.data_ptr(), 4096)
     assert (found is not None) == referenced
@@ -388,11 +389,7 @@ def test_detection_needs_a_clean_private_mapping_of_the_file(checkpoint, tmp_pat
     import ctypes
 
     size = os.path.getsize(checkpoint)
-    fd = os.open(checkpoint, os.O_RDONLY)
-    try:
-        private = mmap.mmap(fd, 0, access=mmap.ACCESS_COPY)
-    finally:
-        os.close(fd)
+    private = private_mapping(checkpoint)
     t = torch.frombuffer(private, dtype=torch.uint8)
     found = filemaps.FileMaps().locate(t.data_ptr() + 100, 5000)
     assert found is not None and found.offset == 100
