@@ -21,7 +21,6 @@ that fails to start is reported there, by the load's one warning.
 """
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import os
@@ -141,8 +140,9 @@ def start_holding(runtime_dir: str | None, key: str) -> bool:
 
 def _unlock(lock_fd: int) -> None:
     _held.discard(lock_fd)
-    with contextlib.suppress(OSError):
-        os.close(lock_fd)  # releases the flock
+    # Not under suppress(OSError): closing our own fd does not fail, and a TimeoutError that the user's SIGALRM handler
+    # raises here is an OSError too, which must reach the user.
+    os.close(lock_fd)  # releases the flock
 
 
 def _finish_start(directory: str, path: str, lock_fd: int, proc: subprocess.Popen, timeout: float) -> None:
