@@ -11,7 +11,8 @@ import time
 
 import torch
 
-GATE_WAIT_S = 12.0
+GATE_WAIT_S = 40.0  # a bound for a test gone wrong, never reached by one going right: a victim process may take
+# over 12 s to start (import torch) on a slow host under two test workers, and must still find the claim held
 
 
 def expected(n: int) -> torch.Tensor:
@@ -73,3 +74,20 @@ def forking(n: int, tag: str) -> torch.Tensor:
     touch(f"claimed-{tag}")
     time.sleep(60)
     raise AssertionError("the test should have killed this loader")
+
+
+def bundle(n: int) -> dict:
+    """A small object with several storages, a module and plain values (``same_bundle`` compares two): enough
+    work on a miss and a hit for an interrupt to land in any step of either."""
+    layer = torch.nn.Linear(16, 8)
+    with torch.no_grad():
+        layer.weight.copy_(expected(n)[:128].reshape(8, 16))
+        layer.bias.copy_(expected(n + 1)[:8])
+    return {"t": expected(n), "pair": [expected(n + 2), expected(n + 3).half()], "layer": layer, "name": f"bundle-{n}"}
+
+
+def same_bundle(a: dict, b: dict) -> bool:
+    return (type(a) is type(b) is dict and a["name"] == b["name"] and type(a["layer"]) is type(b["layer"])
+            and all(torch.equal(x, y) and x.dtype == y.dtype
+                    for x, y in [(a["t"], b["t"]), *zip(a["pair"], b["pair"]),
+                                 (a["layer"].weight, b["layer"].weight), (a["layer"].bias, b["layer"].bias)]))

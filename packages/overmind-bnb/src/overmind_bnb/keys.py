@@ -16,6 +16,8 @@ import enum
 import sys
 from typing import Any
 
+from overmind import interrupts
+
 __all__ = ["CONFIG_MODULES", "is_bnb_config", "config_stand_in", "key_parts"]
 
 # Where the libraries define their BitsAndBytesConfig; looked up in sys.modules only.
@@ -81,6 +83,7 @@ def key_parts(arguments: dict[str, Any]) -> list[Any] | None:
         from importlib.metadata import version
 
         bnb_version = version("bitsandbytes")
-    except Exception:  # not installed: the load itself will fail and say so
+    except Exception as exc:  # not installed: the load itself will fail and say so
+        interrupts.raise_users(exc)
         bnb_version = None
     return [("bitsandbytes", bnb_version, "cuda_devices", _cuda_device_count())]

@@ -41,6 +41,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple
 
+from overmind import interrupts
 from overmind.lazylog import logger
 
 if TYPE_CHECKING:
@@ -112,6 +113,7 @@ def _precompute(param: Any, original: Callable) -> tuple | None:
         with torch.no_grad():
             packed, out = original(param.data, twin)
     except Exception as e:  # the plain model's forward raises the same; the cached one will run the same call
+        interrupts.raise_users(e)
         log.debug("overmind-bnb: not precomputing the CPU packing of a %s weight: %s", tuple(param.shape), e)
         return None
     if out is not twin:
@@ -232,19 +234,14 @@ def adopt(root: Any) -> int:
             continue
         key = id(quant_state)
         with _lock:
-            _prepared[key] = _Prepared(weakref.ref(quant_state, functools.partial(_forget, key)), fingerprint,
+            # A C callback (dict.pop, the weak reference as its ignored default): no Python code of Overmind's runs
+            # when the user's object dies, where a signal handler's exception would be lost (overmind.interrupts).
+            _prepared[key] = _Prepared(weakref.ref(quant_state, functools.partial(_prepared.pop, key)), fingerprint,
                                        keep, packed, changes, deleted)
         adopted += 1
     if adopted:
         _install()
     return adopted
-
-
-def _forget(key: int, ref: weakref.ref) -> None:
-    with _lock:
-        rec = _prepared.get(key)
-        if rec is not None and rec.owner is ref:
-            del _prepared[key]
 
 
 def prepared_count() -> int:
@@ -293,6 +290,7 @@ def convert(qweight: torch.Tensor, quant_state: Any, *args: Any, **kwargs: Any) 
         try:
             rec = _take(qweight, quant_state)
         except Exception as e:  # never break the user's forward: bitsandbytes' own function runs
+            interrupts.raise_users(e)
             log.debug("overmind-bnb: CPU packing lookup failed: %s", e)
     if rec is None:
         return original(qweight, quant_state, *args, **kwargs)

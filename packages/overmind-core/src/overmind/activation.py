@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import adapters, fallback, hooks, importwatch, libraries, patching
+from . import adapters, fallback, hooks, importwatch, interrupts, libraries, patching
 from .adapters import AdapterError, AdapterState
 from .fallback import OvermindWarning
 from .lazylog import logger
@@ -77,6 +77,7 @@ def _apply_adapter(state: AdapterState, strict: bool) -> None:
     try:
         applied = _patch_all(state, hooks.patch_targets(state.name))
     except Exception as e:
+        interrupts.raise_users(e)
         state.status, state.reason = "failed", _patch_failure(state, e)
         if strict:
             raise AdapterError(state.reason) from e
@@ -91,6 +92,7 @@ def _watch_later(state: AdapterState) -> None:
     try:
         modules = hooks.patch_later(state.name)
     except Exception as e:  # the adapter's targets so far stay patched; the later ones are not
+        interrupts.raise_users(e)
         fallback.warn_at_user_line(OvermindWarning(_patch_failure(state, e)))
         return
     for module in modules:
@@ -118,6 +120,7 @@ def _patch_more(state: AdapterState) -> None:
         new = [t for t in hooks.patch_targets(state.name) if (id(t.owner), t.name) not in done]
         applied = _patch_all(state, new)
     except Exception as e:
+        interrupts.raise_users(e)
         fallback.warn_at_user_line(OvermindWarning(_patch_failure(state, e)))
         return
     state.targets.extend(applied)

@@ -29,6 +29,7 @@ import sys
 from functools import cache
 from typing import Any, Iterable, NamedTuple
 
+from . import interrupts
 from .errors import OvermindError
 from .errors import Unkeyable as Uncacheable  # key.Unkeyable: importing key costs activation its hashing
 from .hookspecs import hookimpl
@@ -213,6 +214,7 @@ def collect(adapter: str, specs: Iterable[Spec]) -> list[PatchTarget]:
             root = resolve(spec.where)
             found = inspect.getattr_static(root, spec.attr)
         except Exception as e:
+            interrupts.raise_users(e)
             warn(f"overmind: {label(adapter)} cannot patch {name}: {type(e).__name__}: {e}. Those loads run "
                  f"without the cache; upgrade {dist_of(adapter)} or pin {adapter} to a version it supports.")
             continue

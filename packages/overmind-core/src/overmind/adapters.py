@@ -19,7 +19,7 @@ from typing import Any
 
 import pluggy
 
-from . import hookspecs, installed, libraries
+from . import hookspecs, installed, interrupts, libraries
 from .errors import OvermindError
 from .fallback import OvermindWarning
 from .lazylog import logger
@@ -137,6 +137,7 @@ def _discover(pm: pluggy.PluginManager, strict: bool) -> None:
             _report(state, strict)
             continue
         except Exception as e:
+            interrupts.raise_users(e)
             state = _states[ep.name] = AdapterState(
                 ep.name, dist_name, "failed",
                 f"overmind: adapter {ep.name} ({dist_name}) failed to import {ep.value}: {type(e).__name__}: {e}. "

@@ -13,7 +13,6 @@ by the loader itself propagate unchanged. Turning a result into an entry and bac
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sys
@@ -21,7 +20,19 @@ import threading
 import time
 from typing import Any, Callable
 
-from . import arguments_ref, collector, entry, fallback, heap, hooks, key, loader_warnings, loadscope, provenance
+from . import (
+    arguments_ref,
+    collector,
+    entry,
+    fallback,
+    heap,
+    hooks,
+    interrupts,
+    key,
+    loader_warnings,
+    loadscope,
+    provenance,
+)
 from .errors import OvermindError, ServerError
 from .shm import arena
 
@@ -57,6 +68,7 @@ def _load(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
         log.debug("overmind: not caching %r: %s", fn, e)
         return fn(*args, **kwargs)
     except Exception as e:
+        interrupts.raise_users(e)
         fallback.step_aside(f"overmind: could not compute a cache key for {getattr(fn, '__qualname__', fn)!r} "
                             f"({type(e).__name__}: {e}); loaded without the cache. Please report this.", e)
         return fn(*args, **kwargs)
@@ -121,7 +133,8 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
                                 f"({e}); loaded without the cache. Please report this.", e)
             return fn(*args, **kwargs)
         except Exception as e:
-            with contextlib.suppress(Exception):  # out of service in the server: the next load republishes it
+            interrupts.raise_users(e)
+            with interrupts.suppress(Exception):  # out of service in the server: the next load republishes it
                 client.mark_bad(ck.key, res.entry["entry_id"])
             # The entry is out of service now (mark_bad): the next load publishes it again, so there is nothing
             # to evict; a fix that names a command must work as written (issue 14).
@@ -182,6 +195,7 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
             log.debug("overmind: not caching: %s", e)
             return result
         except Exception as e:
+            interrupts.raise_users(e)
             _release(client, ck.key)
             run.not_cached(loader.name, e)  # one user call, one warning: a nested load may have said it already
             return result
@@ -198,6 +212,7 @@ def _release(client, cache_key: str) -> None:
     try:
         client.release(cache_key)
     except Exception as e:  # the server is gone: the claim went with the connection
+        interrupts.raise_users(e)
         log.debug("overmind: release of %s failed: %s", cache_key[:12], e)
 
 

@@ -18,6 +18,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
+from . import interrupts
 from .errors import OvermindError
 
 log = logging.getLogger("overmind")
@@ -261,6 +262,7 @@ def _mapping_pids(inodes: set[int]) -> dict[int, set[int]]:
                     ino = int(fields[4])
                     if ino in inodes:
                         found.setdefault(ino, set()).add(int(name))
-        except (OSError, ValueError, IndexError):
+        except (OSError, ValueError, IndexError) as exc:
+            interrupts.raise_users(exc)
             continue  # gone, or another user's
     return found

@@ -33,7 +33,7 @@ import sys
 import types
 from typing import Any, Callable
 
-from . import code_identity, fingerprint, provenance
+from . import code_identity, fingerprint, interrupts, provenance
 from .errors import Unkeyable
 
 MAX_DEPTH = 64
@@ -383,8 +383,8 @@ def _str_or_path(s: str) -> Any:
         try:
             if os.path.exists(s):
                 return _path(s)
-        except (OSError, ValueError):
-            pass
+        except (OSError, ValueError) as exc:
+            interrupts.raise_users(exc)
     return s
 
 
@@ -393,8 +393,8 @@ def _bytes_or_path(b: bytes) -> Any:
         try:
             if os.path.exists(b):
                 return ("bytes", b.hex(), _path(os.fsdecode(b)))
-        except (OSError, ValueError):
-            pass
+        except (OSError, ValueError) as exc:
+            interrupts.raise_users(exc)
     return ("bytes", b.hex())
 
 

@@ -31,7 +31,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from . import peer, runtime, timeouts
+from . import interrupts, peer, runtime, timeouts
 from ._version import __version__
 from .errors import OvermindError, ProtocolMismatch, ServerError, ServerUnavailable
 from .protocol import PROTOCOL_VERSION, ConnectionClosed, FrameError, close_fds, recv_message, send_message
@@ -331,8 +331,8 @@ class Client:
         for conn in list(self._conns):
             try:
                 conn.close()
-            except OSError:
-                pass
+            except OSError as exc:
+                interrupts.raise_users(exc)
         self._reset()
 
     def _connection(self, autostart: bool | None = None) -> socket.socket:
@@ -406,6 +406,7 @@ class Client:
                 f"may be stopped (kill -STOP, Ctrl-Z on 'overmind serve') or overloaded. Resume it or run "
                 f"'overmind stop'.") from None
         except OSError as exc:
+            interrupts.raise_users(exc)
             if exc.errno is None:
                 raise
             hint = ("it may have just exited; try again, or run 'overmind status'" if autostart else
@@ -425,6 +426,7 @@ def _ensure_server(runtime_dir: str) -> None:
     except OvermindError:
         raise
     except Exception as exc:  # a launcher bug or an unforeseen OS refusal must not reach the user's load
+        interrupts.raise_users(exc)
         raise ServerUnavailable(
             f"overmind: could not start the server for {runtime_dir} ({type(exc).__name__}: {exc}). "
             f"Run 'overmind doctor' to check the setup.") from exc

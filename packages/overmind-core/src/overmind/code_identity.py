@@ -19,7 +19,7 @@ import sysconfig
 import types
 from typing import Any, Mapping
 
-from . import installed
+from . import installed, interrupts
 
 
 def _installed_roots() -> tuple[str, ...]:
@@ -35,7 +35,8 @@ def _installed_roots() -> tuple[str, ...]:
         user = site.getusersitepackages()
         if isinstance(user, str):
             roots.add(os.path.realpath(user))
-    except Exception:
+    except Exception as exc:
+        interrupts.raise_users(exc)
         pass  # a trimmed interpreter without site: the sysconfig paths above still hold
     return tuple(sorted(roots))
 

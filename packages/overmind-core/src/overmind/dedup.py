@@ -32,7 +32,6 @@ storages an entry really holds go to the server with the publish (``meta["blobs"
 """
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import hashlib
 import logging
@@ -42,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import settings
+from . import interrupts, settings
 from .errors import OvermindError
 from .shm.layout import STORAGE_ALIGN
 
@@ -165,7 +164,7 @@ class _Planner:
         finally:
             self.result.compare_seconds = time.perf_counter() - t1
             for fd in fds.values():
-                with contextlib.suppress(OSError):
+                with interrupts.suppress(OSError):
                     os.close(fd)
         self._finish(keyed, redirects)
 
@@ -187,6 +186,7 @@ class _Planner:
                     if isinstance(i, int) and 0 <= i < len(batch) and eid in fds and isinstance(offset, int):
                         candidates.setdefault(batch[i], []).append((eid, offset))
         except Exception as exc:  # noqa: BLE001 - no dedup is always a correct answer
+            interrupts.raise_users(exc)
             log.debug("overmind: dedup lookup failed (%s: %s); every storage is written", type(exc).__name__, exc)
         return candidates, fds
 
@@ -283,7 +283,8 @@ class _Views:
             size = os.fstat(fd).st_size
             mm = mmap.mmap(fd, size, access=mmap.ACCESS_COPY)  # private: never writes the entry
             layout = Layout.unpack(mm, size)
-        except (OSError, ValueError, LayoutError):
+        except (OSError, ValueError, LayoutError) as exc:
+            interrupts.raise_users(exc)
             return None
         probe = ctypes.c_char.from_buffer(mm)
         address = ctypes.addressof(probe)

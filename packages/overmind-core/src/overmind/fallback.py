@@ -18,6 +18,7 @@ import contextlib
 import threading
 from typing import Iterator
 
+from . import interrupts
 from .errors import OvermindError, ServerError, ServerUnavailable
 from .lazylog import logger
 from .userline import OvermindWarning, warn_at_user_line  # noqa: F401 - re-exported: fallback.OvermindWarning
@@ -57,7 +58,11 @@ def user_call() -> Iterator[None]:
 
 def step_aside(message: str, cause: BaseException | None = None, stacklevel: int = 3) -> None:
     """Warn once for this user call (or raise under ``OVERMIND_STRICT=1``); ``stacklevel`` is ignored: the
-    warning points at the user's line (:func:`warn_at_user_line`)."""
+    warning points at the user's line (:func:`warn_at_user_line`). A ``cause`` that is (or carries) the exception
+    of the user's signal handler is raised instead: the user's deadline is never a reason to step aside
+    (:mod:`.interrupts`)."""
+    if cause is not None:
+        interrupts.raise_users(cause)
     if strict():
         raise CacheBypassed(message) from cause
     log.info("overmind: fallback: %s", message.removeprefix("overmind: "))
@@ -113,7 +118,9 @@ class LoaderRun:
         self._inner = self._causes - self._before
 
     def not_cached(self, name: str, cause: Exception) -> None:
-        """Say that ``name``'s result could not be cached because of ``cause`` (or raise when strict)."""
+        """Say that ``name``'s result could not be cached because of ``cause`` (or raise when strict, or raise
+        ``cause`` itself where it is the user's signal handler's exception)."""
+        interrupts.raise_users(cause)
         if type(cause) in self._inner and not strict():
             log.debug("overmind: not caching %s either: %s", name, cause)
             return

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from . import interrupts
 from .errors import Unkeyable
 
 MAX_FINGERPRINT_FILES = 20_000
@@ -30,7 +31,8 @@ def fingerprint(path: str) -> tuple:
             full = os.path.join(root, name)
             try:
                 fst = os.stat(full)
-            except OSError:
+            except OSError as exc:
+                interrupts.raise_users(exc)
                 rows.append((os.path.relpath(full, path), "dangling"))
                 continue
             rows.append((os.path.relpath(full, path),) + _stat_row(fst))

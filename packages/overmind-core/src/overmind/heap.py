@@ -12,6 +12,8 @@ import ctypes
 import functools
 from typing import Callable
 
+from . import interrupts
+
 TRIM_AFTER_BYTES = 1 << 20  # a skeleton this large rebuilds enough temporaries to be worth one trim
 
 
@@ -19,7 +21,8 @@ TRIM_AFTER_BYTES = 1 << 20  # a skeleton this large rebuilds enough temporaries 
 def _malloc_trim() -> Callable[[int], int] | None:
     try:
         fn = ctypes.CDLL(None).malloc_trim
-    except (AttributeError, OSError):
+    except (AttributeError, OSError) as exc:
+        interrupts.raise_users(exc)
         return None
     fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
     return fn

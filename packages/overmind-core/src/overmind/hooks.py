@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Mapping
 
-from . import adapters, fallback
+from . import adapters, fallback, interrupts
 from .errors import Unkeyable
 from .hookspecs import SPECS, Kind, When
 
@@ -143,6 +143,7 @@ def _call_one(impl: Any, name: str, kwargs: dict) -> Any:
     except Unkeyable:
         raise  # an adapter's way to say "do not cache this call": load() then calls the loader directly
     except Exception as e:
+        interrupts.raise_users(e)
         if fallback.strict():
             raise
         fallback.step_aside(  # one warning per user call, at the user's line

@@ -22,6 +22,8 @@ import sys
 import threading
 from typing import Any, Callable, NamedTuple
 
+from . import interrupts
+
 _INFO_SUFFIXES = (".dist-info", ".egg-info")
 _lock = threading.Lock()
 _cached: tuple[Any, dict[str, list[str]] | None] = (None, None)
@@ -160,7 +162,8 @@ def _reader(folder: str) -> Callable[[str], str | None]:
         try:  # "": the folder itself, an egg-info that is a file (as importlib.metadata reads it)
             with open(os.path.join(folder, filename) if filename else folder, encoding="utf-8") as f:
                 return f.read()
-        except (OSError, UnicodeDecodeError):
+        except (OSError, UnicodeDecodeError) as exc:
+            interrupts.raise_users(exc)
             return None
 
     return read_text
@@ -186,7 +189,8 @@ def _own_scan_is_faithful() -> bool:
 def _stamp(entry: Any) -> tuple | None:
     try:
         st = os.stat(entry or ".")
-    except (OSError, TypeError, ValueError):
+    except (OSError, TypeError, ValueError) as exc:
+        interrupts.raise_users(exc)
         return None
     return st.st_ino, st.st_mtime_ns, st.st_nlink
 
@@ -208,7 +212,8 @@ def _index() -> dict[str, list[str]] | None:
         for entry in sys.path:
             try:
                 children = os.listdir(entry or ".")
-            except OSError:
+            except OSError as exc:
+                interrupts.raise_users(exc)
                 continue
             for child in children:
                 low = child.lower()

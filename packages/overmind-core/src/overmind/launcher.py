@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 
-from . import runtime, timeouts
+from . import interrupts, runtime, timeouts
 from .errors import ServerUnavailable
 
 ENV_START_TIMEOUT = timeouts.ENV_START
@@ -51,7 +51,8 @@ def accepts(path: str) -> bool:
         return True
     except BlockingIOError:
         return True
-    except OSError:
+    except OSError as exc:
+        interrupts.raise_users(exc)
         return False
     finally:
         probe.close()
@@ -119,7 +120,8 @@ def start_holding(runtime_dir: str | None, key: str) -> bool:
     lock_fd = _open_private(runtime.spawn_lock_path(directory), os.O_RDWR)
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:  # another process (or thread of this one) is starting the server: ask it, as usual
+    except OSError as exc:  # another process (or thread of this one) is starting the server: ask it, as usual
+        interrupts.raise_users(exc)
         os.close(lock_fd)
         return False
     _held.add(lock_fd)
@@ -151,8 +153,8 @@ def _finish_start(directory: str, path: str, lock_fd: int, proc: subprocess.Pope
     and reports a failure."""
     try:
         _start_and_wait(directory, path, time.monotonic() + timeout, timeout, proc)
-    except Exception:  # noqa: BLE001  (the load's publish calls ensure_server, which tries again and reports it)
-        pass
+    except Exception as exc:  # noqa: BLE001  (the load's publish calls ensure_server, which tries again and reports it)
+        interrupts.raise_users(exc)
     finally:
         _unlock(lock_fd)
 
@@ -164,8 +166,8 @@ def _after_fork_in_child() -> None:
     for fd in list(_held):
         try:
             os.close(fd)
-        except OSError:
-            pass
+        except OSError as exc:
+            interrupts.raise_users(exc)
     _held.clear()
 
 
@@ -214,6 +216,7 @@ def _lock_until(fd: int, deadline: float) -> bool:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True
         except OSError as exc:
+            interrupts.raise_users(exc)
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                 raise
         if time.monotonic() >= deadline:
@@ -280,6 +283,7 @@ def _open_private(path: str, flags: int) -> int:
     try:
         fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as exc:
+        interrupts.raise_users(exc)
         if exc.errno in (errno.EISDIR, errno.ELOOP) or os.path.lexists(path) and not os.path.isfile(path):
             kind = "a directory" if os.path.isdir(path) and not os.path.islink(path) else "not a regular file"
             raise ServerUnavailable(f"overmind: {path} is {kind}; the launcher needs a plain file there. "
@@ -304,6 +308,7 @@ def _spawn(directory: str, claim: str | None = None) -> subprocess.Popen:
             start_new_session=True, close_fds=True, env=server_env(), cwd="/",
         )
     except OSError as exc:
+        interrupts.raise_users(exc)
         raise _unavailable(directory, f"cannot run {sys.executable} (sys.executable): {exc.strerror}; start "
                                       f"the server with 'overmind serve' from a working Python") from None
     finally:
@@ -327,6 +332,7 @@ def log_tail(path: str, lines: int = 20) -> str:
             f.seek(max(0, f.tell() - 16384))
             text = f.read().decode(errors="replace")
     except OSError as exc:
+        interrupts.raise_users(exc)
         return f"  (cannot read the log: {exc.strerror})"
     tail = text.splitlines()[-lines:]
     return "\n".join("  " + line for line in tail) if tail else "  (the log is empty)"
@@ -341,7 +347,8 @@ def server_pids(runtime_dir: str) -> list[int]:
         try:
             with open(f"/proc/{name}/cmdline", "rb") as f:
                 argv = f.read().split(b"\0")
-        except OSError:
+        except OSError as exc:
+            interrupts.raise_users(exc)
             continue
         if b"overmind.server" in argv and os.fsencode(runtime_dir) in argv:
             pids.append(int(name))

@@ -34,6 +34,7 @@ import warnings
 from types import FrameType
 from typing import Any, Iterator
 
+from . import interrupts
 from .userline import is_overmind
 
 _local = threading.local()
@@ -118,7 +119,8 @@ class Recording:
             found = _import(name)
             args = list(message.args)
             rebuilt = found(*args) if all(type(a) in _SCALARS for a in args) else None
-        except Exception:
+        except Exception as exc:
+            interrupts.raise_users(exc)
             found, rebuilt = None, None
         if (found is not category or rebuilt is None or str(rebuilt) != str(message)
                 or category.__module__ == "__main__"):  # another process's __main__ is another script
@@ -153,7 +155,8 @@ def _matches(entry: tuple, message: Warning, module: str, lineno: int) -> bool:
     try:
         return ((text is None or bool(text.match(str(message)))) and issubclass(type(message), category)
                 and (mod is None or bool(mod.match(module))) and (ln == 0 or ln == lineno))
-    except Exception:
+    except Exception as exc:
+        interrupts.raise_users(exc)
         return True  # an odd entry: assume it applies
 
 
@@ -253,6 +256,7 @@ def _showwarnmsg(msg: Any) -> None:
         if where is not None:
             site = _site(where)
     except Exception as e:  # Overmind's own failure: the warning is still shown, the result not cached
+        interrupts.raise_users(e)
         for rec in recordings:
             rec.doubt(f"recording a warning failed ({type(e).__name__}: {e})")
     _issue(msg.message, site, msg.source)
@@ -282,6 +286,7 @@ def _note(recordings: list[Recording], message: Warning, where: tuple) -> None:
             else:
                 rec.note(message, where)
     except Exception as e:  # Overmind's own failure: not cached
+        interrupts.raise_users(e)
         for rec in recordings:
             rec.doubt(f"recording a warning failed ({type(e).__name__}: {e})")
 

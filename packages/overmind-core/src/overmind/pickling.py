@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 import dill
 import torch
 
-from . import arguments_ref, deepstack, resources
+from . import arguments_ref, deepstack, interrupts, resources
 from .errors import OvermindError
 from .shm.placer import Placer
 from .tensors import UntypedStorageArg
@@ -278,6 +278,7 @@ def _dumps(obj: Any, reducer_table: _Reducers, reference_mapped: bool,
         except _Refused as e:
             raise ResourceRefused(e.obj, resources.find_path(obj, e.obj)) from None
         except Exception as e:  # pickle raises PicklingError, TypeError, AttributeError...
+            interrupts.raise_users(e)
             first_error = first_error or e
             if name == "dill":
                 raise PicklingFailed(obj, e, first_error) from e

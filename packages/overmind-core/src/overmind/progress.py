@@ -16,6 +16,8 @@ import sys
 import time
 from typing import Any, Callable, Iterator
 
+from . import interrupts
+
 
 def enabled() -> bool:
     from .settings import current, parse_bool
@@ -52,7 +54,8 @@ def track(total: int, desc: str) -> Iterator[Callable[[int], None]]:
                 return
             try:
                 from tqdm.auto import tqdm
-            except Exception:  # noqa: BLE001 - no tqdm: no bar
+            except Exception as exc:  # noqa: BLE001 - no tqdm: no bar
+                interrupts.raise_users(exc)
                 state["bar"] = False
                 return
             import shutil

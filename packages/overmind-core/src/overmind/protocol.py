@@ -17,6 +17,7 @@ import os
 import socket
 import struct
 
+from . import interrupts
 from .errors import OvermindError
 
 TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
@@ -123,8 +124,8 @@ def close_fds(fds: Iterable[int]) -> None:
     for fd in fds:
         try:
             os.close(fd)
-        except OSError:
-            pass
+        except OSError as exc:
+            interrupts.raise_users(exc)
 
 
 def _send_frame(sock: socket.socket, obj: dict[str, Any], fds: list[int]) -> None:

@@ -197,17 +197,14 @@ def remember_origin(obj: Any, key: str, describe_config: Callable[[Any], Any]) -
     if shot is None:
         return
     try:
-        ref = weakref.ref(obj, functools.partial(_forget, id(obj)))
+        # The callback is C (dict.pop, the weak reference as its ignored default): no Python code of Overmind's
+        # runs when the user's object dies, where a signal handler's exception would be lost (interrupts.py).
+        # An id is reused only after its object's callbacks ran, so the pop never takes a newer object's record.
+        ref = weakref.ref(obj, functools.partial(_origins.pop, id(obj)))
     except TypeError:
         return
     with _lock:
         _origins[id(obj)] = (ref, key, shot, describe_config)
-
-
-def _forget(ident: int, ref) -> None:
-    with _lock:
-        if ident in _origins and _origins[ident][0] is ref:
-            del _origins[ident]
 
 
 def origin_of(obj: Any) -> str | None:

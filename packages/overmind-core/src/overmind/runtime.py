@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import stat
 
+from . import interrupts
 from .errors import RuntimeDirError
 
 ENV_RUNTIME_DIR = "OVERMIND_RUNTIME_DIR"
@@ -44,6 +45,7 @@ def runtime_dir(path: str | None = None, *, create: bool = True) -> str:
         try:
             os.makedirs(path, mode=0o700, exist_ok=True)
         except OSError as exc:
+            interrupts.raise_users(exc)
             raise RuntimeDirError(
                 f"overmind: cannot create the runtime directory {path}: {exc.strerror}. "
                 f"Set {ENV_RUNTIME_DIR} to a writable directory of yours."

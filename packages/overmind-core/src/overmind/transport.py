@@ -14,6 +14,7 @@ import select
 import socket
 import time
 
+from . import interrupts
 from .errors import OvermindError
 
 
@@ -61,6 +62,7 @@ class TimedSocket:
             except (BlockingIOError, InterruptedError):
                 pass
             except OSError as exc:
+                interrupts.raise_users(exc)
                 if exc.errno is None:
                     raise  # not the kernel's: raised by a signal handler while we were in the call
                 raise TransportError(exc.errno, exc.strerror) from None

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 import warnings
 
+from . import interrupts
+
 
 class OvermindWarning(UserWarning):
     """Overmind could not serve or publish a load; the plain loader's result was returned instead."""
@@ -52,7 +54,8 @@ def _internal_packages() -> frozenset:
         from .patching import patched_targets
 
         patched = {_module_of(t.owner).partition(".")[0] for t in patched_targets()}
-    except Exception:  # noqa: BLE001 - attribution must never break a warning
+    except Exception as exc:  # noqa: BLE001 - attribution must never break a warning
+        interrupts.raise_users(exc)
         patched = set()
     return _ALWAYS_INTERNAL | {p for p in patched if p and not p.startswith("__main__")}
 

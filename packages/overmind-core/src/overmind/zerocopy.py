@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from . import interrupts
 from .errors import OvermindError
 
 __all__ = [
@@ -187,6 +188,7 @@ def _select(name: str | None = None) -> str:
             # import_module consults sys.modules first, so a blocked entry (None) reads as "not built".
             ext = importlib.import_module(f"{__package__}._C")
         except Exception as exc:  # an ABI mismatch raises ImportError, a broken build may raise others
+            interrupts.raise_users(exc)
             failure = f"{type(exc).__name__}: {exc}"
     _extension_path = getattr(ext, "__file__", None)
     if requested == "c" and ext is None:

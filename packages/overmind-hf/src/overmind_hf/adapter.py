@@ -28,6 +28,7 @@ import sys
 from types import ModuleType
 from typing import Any, ContextManager, Mapping
 
+from overmind import interrupts
 from overmind.adapter import (
     Uncacheable,
     collect,
@@ -98,6 +99,7 @@ class HubAdapter:
         except Uncacheable:
             raise
         except Exception as e:  # never guess a key: an adapter that cannot read the call leaves it uncached
+            interrupts.raise_users(e)
             warn(f"overmind: {label(adapter)} could not read the arguments of {loader.name} ({type(e).__name__}: "
                  f"{e}); loaded without the cache. Please report this with your {adapter} version.")
             raise uncacheable(f"{adapter} adapter could not read the arguments: {e}") from e

@@ -19,6 +19,8 @@ import os
 import re
 from typing import Any
 
+from overmind import interrupts
+
 # A repo id is "name" or "org/name" of word characters, dots and dashes; anything else is not a Hub id.
 _REPO_ID = re.compile(r"^[\w.\-]+(/[\w.\-]+)?$")
 
@@ -55,11 +57,13 @@ def revision_part(repo_id: str, arguments: dict[str, Any], repo_type: str = "mod
     try:
         try:
             return ("hub", repo_type, repo_id, _resolve(repo_id, repo_type, revision, cache_dir, local, token))
-        except Exception:
+        except Exception as exc:
+            interrupts.raise_users(exc)
             if local:
                 raise
             return ("hub", repo_type, repo_id, _resolve(repo_id, repo_type, revision, cache_dir, True, token))
     except Exception as e:  # huggingface_hub raises a different error for each way of failing; all mean "unknown"
+        interrupts.raise_users(e)
         return ("hub", repo_type, repo_id, "unresolved", None if revision is None else str(revision), type(e).__name__)
 
 

@@ -14,6 +14,7 @@ the module itself stays serializable.
 """
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from typing import Any, Iterator
@@ -24,7 +25,7 @@ __all__ = ["ATTRIBUTE", "attach_script_module_clear_hook", "carries_hook_attribu
 ATTRIBUTE = "_sfast_module_registration_clear_hook"
 
 _lock = threading.Lock()
-_held: dict[int, list[Any]] = {}
+_held: dict[int, tuple[weakref.ref, list[Any]]] = {}  # id(handle) -> (a weak reference to it, its hooks)
 
 
 def _walk(module_c: Any) -> Iterator[Any]:
@@ -46,22 +47,20 @@ def attach_script_module_clear_hook(script_module: Any, attr_name: str = ATTRIBU
 
     hooks = [ScriptModuleClearHook(c) for c in _walk(script_module)]
     key = id(script_module)
-    with _lock:
-        _held[key] = hooks
     # The handle is what the Python module object holds as ``_c``; when it goes, the hooks go, and their
-    # __del__ clears the class type registrations exactly as stable-fast's attribute would have.
-    weakref.finalize(script_module, _release, key)
-
-
-def _release(key: int) -> None:
+    # __del__ clears the class type registrations exactly as stable-fast's attribute would have. The callback is
+    # C (dict.pop, the weak reference as its ignored default), not weakref.finalize's Python: no code of
+    # Overmind's runs when the module dies, where a signal handler's exception would be lost (overmind.interrupts).
+    ref = weakref.ref(script_module, functools.partial(_held.pop, key))
     with _lock:
-        _held.pop(key, None)
+        _held[key] = (ref, hooks)
 
 
 def held_hooks(script_module: Any) -> list[Any]:
     """The hooks held for the C++ handle ``script_module`` (empty if none): for tests and diagnostics."""
     with _lock:
-        return list(_held.get(id(script_module), ()))
+        held = _held.get(id(script_module))
+    return list(held[1]) if held is not None and held[0]() is script_module else []
 
 
 def carries_hook_attribute(module: Any) -> bool:

@@ -36,7 +36,7 @@ import importlib
 import logging
 from typing import Any
 
-from .. import settings
+from .. import interrupts, settings
 from .layout import DATA_FIRST_OFFSET
 
 log = logging.getLogger("overmind")
@@ -71,6 +71,7 @@ def open_arena(threshold: int | None = None) -> Arena | None:
     try:
         return Arena(ext, ext.arena_open(THRESHOLD if threshold is None else threshold))
     except Exception as exc:  # noqa: BLE001 - no arena is always a correct answer: the storages are copied
+        interrupts.raise_users(exc)
         log.debug("overmind: no load arena (%s: %s); storages are copied", type(exc).__name__, exc)
         return None
 
@@ -95,6 +96,7 @@ class Arena:
         try:
             live = self._ext.arena_close(self._handle)
         except Exception as exc:  # noqa: BLE001
+            interrupts.raise_users(exc)
             log.debug("overmind: closing the load arena failed (%s: %s); its storages are copied",
                       type(exc).__name__, exc)
             return

@@ -16,6 +16,8 @@ import errno
 import mmap
 import os
 
+from .. import interrupts
+
 _MAP_FIXED = getattr(mmap, "MAP_FIXED", 0x10)
 _MAP_FAILED = ctypes.c_void_p(-1).value
 
@@ -24,7 +26,8 @@ def _libc_mmap():
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         fn = libc.mmap
-    except (OSError, AttributeError):
+    except (OSError, AttributeError) as exc:
+        interrupts.raise_users(exc)
         return None
     fn.restype = ctypes.c_void_p
     fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]

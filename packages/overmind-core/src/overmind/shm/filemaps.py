@@ -27,6 +27,7 @@ import re
 import stat
 from typing import NamedTuple
 
+from .. import interrupts
 from ..errors import OvermindError
 from ..protocol import file_entry_id, file_identity, is_file_entry
 from . import pagemap
@@ -75,7 +76,8 @@ def _parse_maps() -> list[_Span]:
     try:
         with open("/proc/self/maps", "rb") as f:
             lines = f.read().splitlines()
-    except OSError:
+    except OSError as exc:
+        interrupts.raise_users(exc)
         return spans
     for line in lines:
         if _SHARED_LIBRARY.search(line):
@@ -147,11 +149,13 @@ class FileMaps:
 def _open_identity(span: _Span) -> FileRef | None:
     try:
         fd = os.open(span.path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
+    except OSError as exc:
+        interrupts.raise_users(exc)
         return None
     try:
         st = os.fstat(fd)
-    except OSError:
+    except OSError as exc:
+        interrupts.raise_users(exc)
         return None
     finally:
         os.close(fd)
@@ -183,6 +187,7 @@ def open_referenced(deps) -> list[tuple[dict, int]]:
             try:
                 fd = os.open(ref.path, os.O_RDONLY | os.O_CLOEXEC)
             except OSError as e:
+                interrupts.raise_users(e)
                 raise FileChanged(f"overmind: {ref.path} cannot be opened any more ({e.strerror})") from None
             out.append(({"entry_id": file_id, "path": ref.path, **ref.identity}, fd))
             if file_identity(os.fstat(fd)) != ref.identity:

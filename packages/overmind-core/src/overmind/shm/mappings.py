@@ -24,7 +24,10 @@ if TYPE_CHECKING:
 
 _lock = threading.Lock()
 _starts: list[int] = []
-_spans: dict[int, tuple[int, str, object]] = {}  # data start -> (end, entry_id, token)
+# data start -> (end, entry_id, a weak reference to the mmap). No callback: Overmind runs no Python code when
+# an object of the user's dies, where a signal handler's exception would be lost (``interrupts.py``); the spans
+# of mmaps that are gone are dropped when next met.
+_spans: dict[int, tuple[int, str, weakref.ref]] = {}
 
 
 class Location(NamedTuple):
@@ -35,39 +38,54 @@ class Location(NamedTuple):
 def register(m: EntryMapping | FileMapping) -> None:
     """Record ``m``'s data region (a file entry's: the whole file, offsets in the file) until its mmap is freed
     (the storages over it keep the mmap alive, possibly long after the mapping object itself is gone)."""
-    start, end, token = m.data_address, m.address + len(m.mm), object()
+    start, end = m.data_address, m.address + len(m.mm)
     if end <= start:
         # No data (a skeleton-only entry): nothing to locate, and its empty region would start where the next
         # mapping starts, which for a file entry (data at offset 0) is that entry's own key here.
         return
     with _lock:
+        _drop_dead()
         if start not in _spans:
             bisect.insort(_starts, start)
-        _spans[start] = (end, m.entry_id, token)
-    weakref.finalize(m.mm, _unregister, start, token)
+        _spans[start] = (end, m.entry_id, weakref.ref(m.mm))
 
 
-def _unregister(start: int, token: object) -> None:
-    with _lock:
-        span = _spans.get(start)
-        if span is None or span[2] is not token:
-            return  # the address was reused by a newer mapping
-        del _spans[start]
-        i = bisect.bisect_left(_starts, start)
-        if i < len(_starts) and _starts[i] == start:
-            del _starts[i]
+def _drop_dead() -> None:
+    """Forget the spans whose mmap is gone (the caller holds ``_lock``)."""
+    for start in [s for s, (_, _, ref) in _spans.items() if ref() is None]:
+        _forget(start)
+
+
+def _forget(start: int) -> None:
+    del _spans[start]
+    del _starts[bisect.bisect_left(_starts, start)]
+
+
+def _live_span(ptr: int) -> tuple[int, int, str] | None:
+    """The live mapping's (start, end, entry_id) that holds ``ptr`` (the caller holds ``_lock``). Live mappings
+    never overlap, so the first live span starting at or below ``ptr`` is the only one that can hold it; dead
+    spans met on the way (their addresses may be reused) are forgotten."""
+    i = bisect.bisect_right(_starts, ptr) - 1
+    while i >= 0:
+        start = _starts[i]
+        end, entry_id, ref = _spans[start]
+        if ref() is not None:
+            return (start, end, entry_id) if ptr < end else None
+        _forget(start)
+        i -= 1
+    return None
 
 
 def live_count() -> int:
     with _lock:
+        _drop_dead()
         return len(_spans)
 
 
 def contains(ptr: int) -> bool:
     """Whether ``ptr`` lies in a live entry mapping of this process."""
     with _lock:
-        i = bisect.bisect_right(_starts, ptr) - 1
-        return i >= 0 and ptr < _spans[_starts[i]][0]
+        return _live_span(ptr) is not None
 
 
 def locate(ptr: int, nbytes: int, pages: PageSnapshot | None = None) -> Location | None:
@@ -76,11 +94,10 @@ def locate(ptr: int, nbytes: int, pages: PageSnapshot | None = None) -> Location
     if nbytes == 0 or ptr == 0:
         return None
     with _lock:
-        i = bisect.bisect_right(_starts, ptr) - 1
-        if i < 0:
-            return None
-        start = _starts[i]
-        end, entry_id, _ = _spans[start]
+        span = _live_span(ptr)
+    if span is None:
+        return None
+    start, end, entry_id = span
     if ptr + nbytes > end or not (pages.pristine(ptr, nbytes) if pages is not None else is_pristine(ptr, nbytes)):
         return None
     return Location(entry_id, ptr - start)

@@ -23,6 +23,8 @@ import mmap
 import os
 import threading
 
+from .. import interrupts
+
 PAGE = mmap.PAGESIZE
 
 # Ranges closer than this many pages are read from pagemap in one go (reading a gap costs 8 bytes a page).
@@ -56,7 +58,8 @@ def all_pristine(ranges: list[tuple[int, int]]) -> bool:
                 return False
             if _written_pages(raw, first, span[2:]):
                 return False
-    except OSError:
+    except OSError as exc:
+        interrupts.raise_users(exc)
         return False  # cannot tell: copy the bytes rather than risk referencing modified ones
     return True
 
@@ -90,7 +93,8 @@ class PageSnapshot:
         n = self.CHUNK_PAGES
         try:
             raw = os.pread(_pagemap_fd(), n * 8, c * n * 8)
-        except OSError:
+        except OSError as exc:
+            interrupts.raise_users(exc)
             raw = b""
         written = _written_map(raw) if len(raw) == n * 8 else None
         self._written[c] = written

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Iterable
 
 import torch
 
+from .. import interrupts
 from . import seals
 from .layout import Layout
 
@@ -35,7 +36,8 @@ _STEP = 1 << 30  # Linux writes at most 0x7ffff000 bytes per call
 def _libc_pwrite():
     try:
         fn = ctypes.CDLL(None, use_errno=True).pwrite
-    except (OSError, AttributeError):
+    except (OSError, AttributeError) as exc:
+        interrupts.raise_users(exc)
         return None
     fn.restype = ctypes.c_ssize_t
     fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_long]
