@@ -119,3 +119,20 @@ def test_no_python_handler_means_nothing_is_the_users():
         except TimeoutError as e:
             assert interrupts.users_exception(e) is None
     assert interrupts.users_exception(None) is None
+
+
+def test_an_error_raised_and_caught_in_one_frame_asks_nothing_of_the_signal_module(monkeypatch):
+    """The expected failures of the load path (a metadata file that is not there: ~70 of them in activate()) are
+    raised by a call in the frame that catches them: no handler ran below, so no handler is looked up."""
+    asked = []
+    monkeypatch.setattr(interrupts, "_handler_codes", lambda: asked.append(1) or set())
+    try:
+        open("/nonexistent/overmind-test")
+    except OSError as e:
+        interrupts.raise_users(e)
+    assert asked == []
+    try:
+        _raise(OSError("one frame below"))
+    except OSError as e:
+        interrupts.raise_users(e)
+    assert asked == [1]
