@@ -37,12 +37,13 @@ from typing import Any
 
 import torch
 
-from . import interrupts
+from . import interrupts, tensors
 from .errors import OvermindError
 
 __all__ = [
     "storage_from_buffer",
     "script_module_from_storage",
+    "tensor_rebuild",
     "describe",
     "IMPLEMENTATION",
     "ExtensionUnavailable",
@@ -130,6 +131,7 @@ def _py_script_module_from_storage(
 _PYTHON = SimpleNamespace(
     storage_from_buffer=_py_storage_from_buffer,
     script_module_from_storage=_py_script_module_from_storage,
+    tensor_rebuild=tensors.rebuild_from_untyped,
 )
 
 
@@ -153,6 +155,8 @@ def _compiled(ext: Any) -> SimpleNamespace:
     return SimpleNamespace(
         storage_from_buffer=ext.storage_from_buffer,
         script_module_from_storage=script_module_from_storage,
+        # the common tensor built in C, every other call handed to the Python function (csrc/tensor_rebuild.cpp)
+        tensor_rebuild=ext.tensor_rebuilder(tensors.rebuild_from_untyped),
     )
 
 
@@ -231,6 +235,14 @@ def storage_from_buffer(buf: Any) -> torch.UntypedStorage:
     [97, 98, 99, 100]
     """
     return _impl.storage_from_buffer(buf)
+
+
+def tensor_rebuild() -> Any:
+    """What an entry's ``overmind.tensors.rebuild_from_untyped`` resolves to when it is unpickled: that function,
+    or (``c``) a compiled one with its signature and results that builds the common tensor (a CPU
+    ``UntypedStorage``, no state, no gradient, no torch-function mode) without Python frames and hands every
+    other call to it unchanged."""
+    return _impl.tensor_rebuild
 
 
 def script_module_from_storage(storage: torch.UntypedStorage, map_location: Any = None) -> torch.jit.ScriptModule:

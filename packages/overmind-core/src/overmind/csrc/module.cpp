@@ -16,6 +16,8 @@ PYBIND11_MODULE(_C, m) {
         py::arg("device") = py::none(),
         "torch._C.ScriptModule imported from the TorchScript archive held in a CPU storage, without "
         "copying the archive; uncompressed tensor records of a torch.package layout archive are aliased.");
+  m.def("tensor_rebuilder", &overmind::tensor_rebuilder, py::arg("fallback"),
+        "A compiled rebuild_from_untyped for the common tensor; any other call goes to fallback unchanged.");
   m.def("arena_open", &overmind::arena_open, py::arg("threshold"),
         "Open a load arena on this thread: its CPU allocations of threshold bytes or more go into one memfd.");
   m.def("arena_close", &overmind::arena_close, py::arg("handle"),

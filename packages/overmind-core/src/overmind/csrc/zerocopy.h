@@ -1,6 +1,6 @@
 // overmind._C: the compiled half of overmind/zerocopy.py.
 //
-// Both functions have a pure-Python twin in zerocopy.py with the same signature and behaviour; the test
+// Each function has a pure-Python twin in zerocopy.py with the same signature and behaviour; the test
 // suite runs against both. Keep them in step.
 #pragma once
 
@@ -18,5 +18,9 @@ pybind11::object storage_from_buffer(pybind11::handle buffer);
 // CPU storage holding a TorchScript ZIP archive -> torch._C.ScriptModule. The archive is read in place;
 // the uncompressed tensor records of a torch.package layout archive become storages aliasing it.
 pybind11::object script_module_from_storage(pybind11::handle storage, std::optional<std::string> device);
+
+// fallback (overmind.tensors' Python rebuild_from_untyped) -> a compiled function with its signature that builds
+// the common tensor itself and hands every other call to fallback unchanged (tensor_rebuild.cpp).
+pybind11::object tensor_rebuilder(pybind11::handle fallback);
 
 }  // namespace overmind
