@@ -36,3 +36,24 @@ def test_activate_in_a_fresh_process_imports_none_of_the_slow_modules():
     slow = [m for m in out["new"] if m in SLOW or m.split(".")[0] in SLOW or m.split(".")[0] in HEAVY]
     assert not slow, (f"activate() now imports {slow}: import them late (inside the function that needs them), "
                       f"see benchmarks/activate.py for what each costs")
+
+
+def test_activate_creates_no_dataclass_but_the_public_patch_target():
+    """A dataclass compiles its methods when it is created (~1 ms each here); the records activation builds are
+    ``overmind.records.Frozen`` or plain classes. ``PatchTarget`` stays one: adapters may ``dataclasses.replace`` it."""
+    out = run_fresh('''
+        import dataclasses
+        made = []
+        real = dataclasses._process_class
+        def counting(cls, *args, **kwargs):
+            made.append(cls.__module__ + "." + cls.__qualname__)
+            return real(cls, *args, **kwargs)
+        dataclasses._process_class = counting
+        import overmind
+        overmind.activate()
+        by_activation = list(made)  # (overmind.testing imports pytest, which makes dataclasses of its own)
+        from overmind.testing import report
+        report(by_activation)
+    ''', env={"PYTHONPATH": without_test_plugins().get("PYTHONPATH", "")})
+    assert out == ["overmind.patching.PatchTarget"], (
+        f"activate() now creates the dataclasses {out}: make them overmind.records.Frozen subclasses or plain classes")

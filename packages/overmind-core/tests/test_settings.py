@@ -167,3 +167,20 @@ def test_doctor_lists_every_setting_with_value_and_source(overmind_runtime):
     assert set(rows) == {s.name for s in settings.DECLARED}
     assert rows["OVERMIND_REPLY_TIMEOUT"]["value"] == "7" and rows["OVERMIND_REPLY_TIMEOUT"]["source"] == "env"
     assert rows["OVERMIND_WAIT_TIMEOUT"]["source"] == "default"
+
+
+def test_settings_records_compare_hash_and_refuse_assignment_like_frozen_dataclasses():
+    a, b = settings.Settings(), settings.Settings(sources={"OVERMIND_STRICT": "env"})
+    assert a == b and hash(a) == hash(b)  # sources are not compared
+    assert a != settings.Settings(strict=True) and a.strict is False and a.sources == {}
+    assert "sources" not in repr(b) and "strict=False" in repr(a)
+    with pytest.raises(AttributeError, match="frozen"):
+        a.strict = True  # type: ignore[misc]
+    with pytest.raises(TypeError, match="unexpected"):
+        settings.Settings(stirct=True)
+    first = settings.DECLARED[0]
+    assert first == settings.Setting(first.name, first.attr, first.default, first.accepted, first.help, first.parse,
+                                     first.bad_example, first.default_text)
+    assert "parse=" not in repr(first)
+    p = settings.Problem("OVERMIND_STRICT", "maybe", "x")
+    assert p == settings.Problem("OVERMIND_STRICT", "maybe", "x") and len({p, settings.Problem(*"abc")}) == 2

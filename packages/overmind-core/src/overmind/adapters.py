@@ -14,7 +14,6 @@ imported at all. An adapter is *live* once its libraries are imported (see :mod:
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
 from typing import Any
 
 import pluggy
@@ -34,17 +33,26 @@ class AdapterError(OvermindError):
     Overmind does not support."""
 
 
-@dataclass
 class AdapterState:
-    name: str
-    dist: str | None
-    status: str  # "loaded", "skipped", "disabled", "failed"
-    reason: str = ""
-    targets: list = field(default_factory=list)  # what activation patched for it
-    modules: tuple = ()  # libraries.module_groups(): the adapter is live once each group has one imported
-    deferred: bool = False  # activation is waiting for the library's import to patch it
-    on_import: Any = None  # the post-import callback while deferred
-    later: list = field(default_factory=list)  # post-import callbacks of its overmind_patch_later modules
+    """What discovery and activation know of one adapter (a plain class: a dataclass costs ~1 ms to create, and
+    this module is imported by ``activate()``)."""
+
+    __slots__ = ("name", "dist", "status", "reason", "targets", "modules", "deferred", "on_import", "later")
+
+    def __init__(self, name: str, dist: str | None, status: str, reason: str = "", modules: tuple = ()):
+        self.name = name
+        self.dist = dist
+        self.status = status  # "loaded", "skipped", "disabled", "failed"
+        self.reason = reason
+        self.targets: list = []  # what activation patched for it
+        self.modules = modules  # libraries.module_groups(): the adapter is live once each group has one imported
+        self.deferred = False  # activation is waiting for the library's import to patch it
+        self.on_import: Any = None  # the post-import callback while deferred
+        self.later: list = []  # post-import callbacks of its overmind_patch_later modules
+
+    def __repr__(self) -> str:
+        return (f"AdapterState(name={self.name!r}, dist={self.dist!r}, status={self.status!r}, "
+                f"reason={self.reason!r}, targets={self.targets!r}, deferred={self.deferred!r})")
 
     def live(self) -> bool:
         return libraries.missing_module(self.modules) is None

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import enum
 import inspect
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Mapping, Sequence
 
 import pluggy
+
+from .records import Frozen
 
 if TYPE_CHECKING:
     from .key import Loader
@@ -55,12 +56,19 @@ class When(str, enum.Enum):
     ALWAYS = "in every process"
 
 
-@dataclass(frozen=True)
-class Spec:
+class Spec(Frozen):
+    """One hook: its name, how results combine, where it runs, and its parameters (a CHAINED hook passes its
+    first one on)."""
+
     name: str
     kind: Kind
     when: When
-    args: tuple[str, ...]  # the hook's parameters; a CHAINED hook passes its first one on
+    args: tuple[str, ...]
+    __slots__ = _fields = _compared = ("name", "kind", "when", "args")
+
+    def __init__(self, name: str, kind: Kind, when: When, args: tuple[str, ...]):
+        for f, v in zip(self._fields, (name, kind, when, args)):
+            object.__setattr__(self, f, v)
 
 
 SPECS: dict[str, Spec] = {}

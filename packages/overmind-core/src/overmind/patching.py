@@ -55,11 +55,13 @@ class PatchTarget:
         return f"{owner}.{self.name}"
 
 
-@dataclass
 class _Record:
-    target: PatchTarget
-    original: Any  # the object found in owner.__dict__ (or inherited) before patching
-    had_own: bool  # whether owner.__dict__ held the attribute itself
+    __slots__ = ("target", "original", "had_own")
+
+    def __init__(self, target: PatchTarget, original: Any, had_own: bool):
+        self.target = target
+        self.original = original  # the object found in owner.__dict__ (or inherited) before patching
+        self.had_own = had_own  # whether owner.__dict__ held the attribute itself
 
 
 _lock = threading.RLock()

@@ -22,7 +22,8 @@ import math
 import os
 import re
 import threading
-from dataclasses import dataclass, field, fields
+
+from .records import Frozen
 
 TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
 if TYPE_CHECKING:
@@ -87,21 +88,29 @@ def _path(text: str) -> str:
 
 
 # ---- the table -------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Setting:
+class Setting(Frozen):
     """One environment variable: its field on :class:`Settings`, its default and what it accepts.
 
     ``bad_example`` is a value the parser refuses (None where every string is accepted); the test suite
-    sets each one and checks the warning and the default, so a new setting is covered by declaring it."""
+    sets each one and checks the warning and the default, so a new setting is covered by declaring it.
+    ``default_text`` is how the default reads where it is computed (e.g. "half of RAM")."""
 
     name: str
     attr: str
     default: Any
     accepted: str
     help: str
-    parse: Callable[[str], Any] = field(repr=False)
-    bad_example: str | None = None
-    default_text: str = ""  # how the default reads where it is computed (e.g. "half of RAM")
+    parse: Callable[[str], Any]
+    bad_example: str | None
+    default_text: str
+    __slots__ = _fields = _compared = ("name", "attr", "default", "accepted", "help", "parse", "bad_example",
+                                       "default_text")
+    _hidden = ("parse",)
+
+    def __init__(self, name: str, attr: str, default: Any, accepted: str, help: str, parse: Callable[[str], Any],
+                 bad_example: str | None = None, default_text: str = ""):
+        for f, v in zip(self._fields, (name, attr, default, accepted, help, parse, bad_example, default_text)):
+            object.__setattr__(self, f, v)
 
     def default_display(self) -> str:
         return self.default_text or ("unset" if self.default is None else _display(self.default))
@@ -176,44 +185,60 @@ DECLARED: tuple[Setting, ...] = (
 _BY_NAME = {s.name: s for s in DECLARED}
 
 
-@dataclass(frozen=True)
-class Settings:
-    """The parsed values of :data:`DECLARED` (defaults where unset or bad)."""
+class Settings(Frozen):
+    """The parsed values of :data:`DECLARED` (defaults where unset or bad): one attribute per setting, named by
+    its ``attr``, and ``sources``, each variable's name -> where its value came from: "env" or "default"
+    ("default (bad value)" when the env's was refused). ``Settings()`` holds every default. Equal when every
+    value is (``sources`` aside)."""
 
-    runtime_dir: str | None = None
-    max_bytes: int | None = None
-    reply_timeout: float = 10.0
-    wait_timeout: float = 900.0
-    server_start_timeout: float = 15.0
-    hello_timeout: float = 10.0
-    idle_timeout: float = 600.0
-    frame_timeout: float = 30.0
-    strict: bool = False
-    disable: bool = False
-    disabled_adapters: frozenset = frozenset()
-    zerocopy: str = "auto"
-    progress: bool = True
-    progress_delay: float = 3.0
-    file_references: bool = True
-    dedup: bool = True
-    write_once: bool = True
-    log_max_bytes: int = 16 << 20
-    run_disable: bool = False
-    preload: str | None = None
-    template_start_timeout: float = 600.0
-    template_idle: float = 3600.0
-    serve_template: bool = True
-    # name -> where the value came from: "env" or "default" ("default (bad value)" when the env's was refused)
-    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    runtime_dir: str | None
+    max_bytes: int | None
+    reply_timeout: float
+    wait_timeout: float
+    server_start_timeout: float
+    hello_timeout: float
+    idle_timeout: float
+    frame_timeout: float
+    strict: bool
+    disable: bool
+    disabled_adapters: frozenset
+    zerocopy: str
+    progress: bool
+    progress_delay: float
+    file_references: bool
+    dedup: bool
+    write_once: bool
+    log_max_bytes: int
+    run_disable: bool
+    preload: str | None
+    template_start_timeout: float
+    template_idle: float
+    serve_template: bool
+    sources: Mapping[str, str]
+    _compared = tuple(s.attr for s in DECLARED)
+    __slots__ = _fields = (*_compared, "sources")
+    _hidden = ("sources",)
+
+    def __init__(self, sources: Mapping[str, str] | None = None, **values: Any):
+        unknown = set(values) - set(self._compared)
+        if unknown:
+            raise TypeError(f"Settings() got unexpected keyword arguments {sorted(unknown)}")
+        for s in DECLARED:
+            object.__setattr__(self, s.attr, values.get(s.attr, s.default))
+        object.__setattr__(self, "sources", {} if sources is None else sources)
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(Frozen):
     """A declared variable whose value was refused."""
 
     name: str
     value: str
     accepted: str
+    __slots__ = _fields = _compared = ("name", "value", "accepted")
+
+    def __init__(self, name: str, value: str, accepted: str):
+        for f, v in zip(self._fields, (name, value, accepted)):
+            object.__setattr__(self, f, v)
 
     def sentence(self) -> str:
         s = _BY_NAME[self.name]
@@ -334,9 +359,9 @@ def _display(value: Any) -> str:
 
 
 def _check_table() -> None:
-    names = {f.name for f in fields(Settings)} - {"sources"}
+    names = set(Settings.__annotations__) - {"sources"}  # what type checkers know of Settings' attributes
     attrs = {s.attr for s in DECLARED}
-    assert names == attrs, f"Settings fields and DECLARED differ: {names ^ attrs}"
+    assert names == attrs, f"Settings' annotations and DECLARED differ: {names ^ attrs}"
 
 
 _check_table()
