@@ -173,3 +173,10 @@ def test_a_pickled_parameter_round_trips_through_either_rebuild(impl):
     assert reduced[0] is tensors.rebuild_from_untyped
     assert type(got) is torch.nn.Parameter and got.requires_grad and got.is_leaf
     assert (got.shape, got.stride(), got.data_ptr()) == (p.shape, p.stride(), p.data_ptr())
+
+
+def test_an_extension_built_before_the_compiled_rebuild_leaves_the_python_one():
+    from types import SimpleNamespace
+
+    older = SimpleNamespace(storage_from_buffer=lambda buf: None, script_module_from_storage=lambda *a: None)
+    assert zerocopy._compiled(older).tensor_rebuild is tensors.rebuild_from_untyped

@@ -155,8 +155,10 @@ def _compiled(ext: Any) -> SimpleNamespace:
     return SimpleNamespace(
         storage_from_buffer=ext.storage_from_buffer,
         script_module_from_storage=script_module_from_storage,
-        # the common tensor built in C, every other call handed to the Python function (csrc/tensor_rebuild.cpp)
-        tensor_rebuild=ext.tensor_rebuilder(tensors.rebuild_from_untyped),
+        # the common tensor built in C, every other call handed to the Python function (csrc/tensor_rebuild.cpp);
+        # an extension built before it had this function rebuilds every tensor in Python
+        tensor_rebuild=(ext.tensor_rebuilder(tensors.rebuild_from_untyped) if hasattr(ext, "tensor_rebuilder")
+                        else tensors.rebuild_from_untyped),
     )
 
 
