@@ -16,6 +16,8 @@ SLOW = (
     "importlib.abc", "importlib.resources",  # a post-import hook needs no ABC (overmind.importwatch)
     "json", "pickle", "hashlib", "ctypes",   # the adapters' reducers and key hooks, imported when they run
     "logging",              # with traceback, string, weakref: overmind.lazylog imports it on the first record
+    "pluggy",               # with its TypedDicts: the plugin manager is made at the first hook call
+    "inspect", "dataclasses",  # with ast, dis, tokenize: hookspecs reads code objects, records.Frozen
     "overmind.key", "overmind.canon", "overmind.api", "overmind.client", "overmind.pickling",
 )
 HEAVY = ("torch", "numpy", "transformers", "diffusers", "bitsandbytes", "safetensors", "huggingface_hub",
@@ -38,9 +40,9 @@ def test_activate_in_a_fresh_process_imports_none_of_the_slow_modules():
                       f"see benchmarks/activate.py for what each costs")
 
 
-def test_activate_creates_no_dataclass_but_the_public_patch_target():
+def test_activate_creates_no_dataclass():
     """A dataclass compiles its methods when it is created (~1 ms each here); the records activation builds are
-    ``overmind.records.Frozen`` or plain classes. ``PatchTarget`` stays one: adapters may ``dataclasses.replace`` it."""
+    ``overmind.records.Frozen`` or plain classes."""
     out = run_fresh('''
         import dataclasses
         made = []
@@ -55,5 +57,22 @@ def test_activate_creates_no_dataclass_but_the_public_patch_target():
         from overmind.testing import report
         report(by_activation)
     ''', env={"PYTHONPATH": without_test_plugins().get("PYTHONPATH", "")})
-    assert out == ["overmind.patching.PatchTarget"], (
+    assert out == [], (
         f"activate() now creates the dataclasses {out}: make them overmind.records.Frozen subclasses or plain classes")
+
+
+def test_the_plugin_manager_is_made_at_the_first_hook_call_with_every_adapter_in_discovery_order():
+    out = run_fresh('''
+        import sys
+        import overmind
+        from overmind import adapters, hooks
+        names = overmind.activate()
+        before = [adapters._manager is None, "pluggy" in sys.modules]
+        hooks.key_parts(None, {})  # a hook every process runs
+        registered = [n for n, _ in adapters.get_manager().list_name_plugin()]
+        from overmind.testing import report
+        report({"names": names, "before": before, "registered": registered,
+                "order": [n for n, s in adapters.states().items() if s.status == "loaded"]})
+    ''', env={"PYTHONPATH": without_test_plugins().get("PYTHONPATH", "")})
+    assert out["before"] == [True, False], out
+    assert out["registered"] == out["order"] and set(out["names"]) <= set(out["registered"]), out

@@ -8,9 +8,11 @@ import warnings
 from importlib import metadata
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import overmind
-from overmind import activation, adapters, hooks
+from overmind import activation, adapters, hooks, hookspecs
 from overmind.adapters import AdapterError
 from overmind.fallback import OvermindWarning
 from overmind.hookspecs import SPECS, Kind, When
@@ -155,3 +157,56 @@ def test_a_failing_hook_is_named_and_skipped():
         assert hooks.key_for_value(Token(1)) is None
     [w] = [w for w in caught if issubclass(w.category, OvermindWarning)]
     assert "adapter broken failed in overmind_key_for_value" in str(w.message)
+
+
+@settings(max_examples=60, deadline=None)
+@given(opts=st.fixed_dictionaries({}, optional={
+    "hookwrapper": st.booleans(), "optionalhook": st.booleans(), "tryfirst": st.booleans(),
+    "trylast": st.booleans(), "specname": st.none() | st.sampled_from(["overmind_key_parts", "x"]),
+    "wrapper": st.booleans()}), bare=st.booleans())
+def test_the_impl_marker_writes_what_pluggys_writes(opts, bare):
+    """``overmind.hookimpl`` is Overmind's own (activate() does not import pluggy): the attribute and options it
+    writes are pluggy's ``HookimplMarker("overmind")``'s, bare or called with any options."""
+    import pluggy
+
+    def ours():
+        pass
+
+    def theirs():
+        pass
+
+    if bare:
+        hookspecs.hookimpl(ours)
+        pluggy.HookimplMarker("overmind")(theirs)
+    else:
+        hookspecs.hookimpl(**opts)(ours)
+        pluggy.HookimplMarker("overmind")(**opts)(theirs)
+    assert vars(ours) == vars(theirs)
+
+
+@settings(max_examples=30, deadline=None)
+@given(firstresult=st.booleans(), historic=st.booleans())
+def test_the_spec_marker_writes_what_pluggys_writes(firstresult, historic):
+    import pluggy
+
+    def ours():
+        pass
+
+    def theirs():
+        pass
+
+    outcomes = []
+    for marker, fn in ((hookspecs.hookspec, ours), (pluggy.HookspecMarker("overmind"), theirs)):
+        try:
+            marker(firstresult=firstresult, historic=historic)(fn)
+            outcomes.append(vars(fn))
+        except ValueError as e:
+            outcomes.append(str(e))
+    assert outcomes[0] == outcomes[1]
+
+
+def test_each_spec_records_the_parameters_of_its_hook():
+    import inspect
+
+    for name, spec in hookspecs.SPECS.items():
+        assert spec.args == tuple(inspect.signature(getattr(hookspecs, name)).parameters), name

@@ -99,10 +99,10 @@ def test_adapter_with_unmet_requirements_is_skipped_with_its_reason():
     assert state.status == "skipped" and "torch>=99" in state.reason
 
 
-def break_fixture_adapter(monkeypatch):
+def break_fixture_adapter(monkeypatch, how: str = "1"):
     import sys
 
-    monkeypatch.setenv("OVERMIND_FIXTURE_BREAK", "1")
+    monkeypatch.setenv("OVERMIND_FIXTURE_BREAK", how)
     monkeypatch.delitem(sys.modules, "overmind_fixture_adapter.broken", raising=False)
 
 
@@ -217,3 +217,38 @@ def test_after_unpickle_gives_every_adapter_its_turn(overmind_runtime, monkeypat
     assert out == {"x": 1, "a": True, "b": True}
     assert [t for t, _ in seen] == ["b", "a"]  # last registered runs first, as in pluggy
     assert seen[1][1] == {"x": 1, "b": True}   # the second adapter saw the first one's replacement
+
+
+def test_a_wrapper_hook_is_refused_when_the_adapter_is_discovered(monkeypatch):
+    break_fixture_adapter(monkeypatch, "wrapper")
+    with pytest.raises(AdapterError, match=r"adapter fixture_broken declares overmind_key_parts with hookwrapper=True"):
+        overmind.activate(strict=True)
+    activation.reset()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        active = overmind.activate()
+    assert [str(w.message) for w in caught if issubclass(w.category, OvermindWarning)] == [
+        adapters.states()["fixture_broken"].reason]
+    assert "fixture_broken" not in active and "fixture" in active
+
+
+def test_an_adapter_pluggy_refuses_fails_at_the_first_hook_call_with_one_warning(monkeypatch):
+    """The plugin manager is made at the first hook call (here activate()'s own, the fixture's library being
+    imported): an adapter whose hook takes an argument its spec lacks is marked failed then, with one warning, and
+    the other adapters' hooks still run."""
+    from overmind import hooks
+
+    break_fixture_adapter(monkeypatch, "argument")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        active = overmind.activate()
+        hooks.key_parts(None, {})
+        hooks.key_parts(None, {})
+    ours = [str(w.message) for w in caught if issubclass(w.category, OvermindWarning)]
+    assert len(ours) == 1 and "adapter fixture_broken" in ours[0] and "no_such_argument" in ours[0], ours
+    assert "OVERMIND_DISABLED_ADAPTERS=fixture_broken" in ours[0]
+    assert "fixture_broken" not in active and "fixture" in active
+    assert adapters.states()["fixture_broken"].status == "failed"
+    assert adapters.get_manager().get_plugin("fixture") is not None
+    assert adapters.get_manager().get_plugin("fixture_broken") is None
+

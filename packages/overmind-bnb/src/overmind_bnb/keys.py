@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import enum
 import sys
-from typing import Any
 
 from overmind import interrupts
+
+TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["CONFIG_MODULES", "is_bnb_config", "config_stand_in", "key_parts"]
 

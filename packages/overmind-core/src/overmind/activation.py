@@ -10,12 +10,14 @@ an :class:`~overmind.adapters.AdapterError` under ``activate(strict=True)``.
 """
 from __future__ import annotations
 
-from typing import Callable
-
 from . import adapters, fallback, hooks, importwatch, interrupts, libraries, patching
 from .adapters import AdapterError, AdapterState
 from .fallback import OvermindWarning
 from .lazylog import logger
+
+TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
+if TYPE_CHECKING:
+    from typing import Callable
 
 log = logger("overmind")
 
@@ -26,7 +28,7 @@ def activate(strict: bool = False) -> list[str]:
         log.info("overmind: OVERMIND_DISABLE=1, activate() patches nothing")
         return []
     with adapters.lock:
-        adapters.get_manager(strict)
+        adapters.discover_installed(strict)
         states = adapters.states()
         if strict:
             failed = [s for s in states.values() if s.status == "failed"]

@@ -23,11 +23,10 @@ Importing this module imports no library and no torch.
 """
 from __future__ import annotations
 
+import collections
 import importlib
-import inspect
 import sys
 from functools import cache
-from typing import Any, Iterable, NamedTuple
 
 from . import interrupts
 from .errors import OvermindError
@@ -35,6 +34,10 @@ from .errors import Unkeyable as Uncacheable  # key.Unkeyable: importing key cos
 from .hookspecs import hookimpl
 from .lazylog import logger
 from .patching import PatchTarget
+
+TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
+if TYPE_CHECKING:
+    from typing import Any, Iterable, NamedTuple
 
 __all__ = ["hookimpl", "PatchTarget", "Spec", "resolve", "resolve_roots", "collect", "waiting_modules", "owns",
            "label", "warn",
@@ -87,7 +90,18 @@ def warn(message: str, stacklevel: int = 3) -> None:
 
 # --- loaders named by spec -------------------------------------------------------------------------------
 
-class Spec(NamedTuple):
+if TYPE_CHECKING:
+    class _SpecFields(NamedTuple):
+        where: str
+        attr: str = "from_pretrained"
+        subclasses: bool = True
+        lazy: bool = False
+else:  # the same tuple, made by collections: typing costs activate() ~4.5 ms
+    _SpecFields = collections.namedtuple("Spec", ("where", "attr", "subclasses", "lazy"),
+                                         defaults=("from_pretrained", True, False))
+
+
+class Spec(_SpecFields):
     """``where`` is ``"package.module:Class"``; ``attr`` the loader; ``subclasses``: also patch overriders.
 
     Subclasses matter because Python resolves ``Sub.from_pretrained`` to ``Sub``'s own override first:
@@ -101,10 +115,7 @@ class Spec(NamedTuple):
     modules, for the adapter's ``overmind_patch_later`` hook.
     """
 
-    where: str
-    attr: str = "from_pretrained"
-    subclasses: bool = True
-    lazy: bool = False
+    __slots__ = ()
 
     @property
     def module(self) -> str:
@@ -177,8 +188,10 @@ def _undefined(where: str, attr: str) -> str | None:
         if not hasattr(obj, part):
             return f"no {part} in {getattr(obj, '__name__', type(obj).__name__)}"
         obj = getattr(obj, part)
+    from inspect import getattr_static  # late, as below: plugin modules import this one at activate()
+
     try:
-        inspect.getattr_static(obj, attr)
+        getattr_static(obj, attr)
     except AttributeError:
         return f"no {attr} on {getattr(obj, '__qualname__', obj)}"
     return None
@@ -212,7 +225,9 @@ def collect(adapter: str, specs: Iterable[Spec]) -> list[PatchTarget]:
                            label(adapter), name, missing)
                 continue
             root = resolve(spec.where)
-            found = inspect.getattr_static(root, spec.attr)
+            from inspect import getattr_static  # late: activate() imports this module, and inspect costs ~10 ms
+
+            found = getattr_static(root, spec.attr)
         except Exception as e:
             interrupts.raise_users(e)
             warn(f"overmind: {label(adapter)} cannot patch {name}: {type(e).__name__}: {e}. Those loads run "

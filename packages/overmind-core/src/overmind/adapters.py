@@ -14,14 +14,16 @@ imported at all. An adapter is *live* once its libraries are imported (see :mod:
 from __future__ import annotations
 
 import threading
-from typing import Any
-
-import pluggy
+import types
 
 from . import hookspecs, installed, interrupts, libraries
 from .errors import OvermindError
 from .fallback import OvermindWarning
 from .lazylog import logger
+
+TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
+if TYPE_CHECKING:
+    from typing import Any
 
 log = logger("overmind")
 GROUP = "overmind.adapters"
@@ -59,7 +61,11 @@ class AdapterState:
 
 
 lock = threading.RLock()
-_manager: pluggy.PluginManager | None = None
+# The pluggy PluginManager, made at the first hook call (get_manager), not at discovery: activate() in a process
+# that has imported no library calls no hook, and importing pluggy (with inspect and typing) cost it ~17 ms.
+_manager: Any = None
+_discovered = False
+_pending: list[tuple[str, Any]] = []  # (name, plugin) of the adapters discovery loaded, in order, to register
 _states: dict[str, AdapterState] = {}
 _generation = 0  # changes whenever an adapter is registered or forgotten: caches of hook results key on it
 
@@ -93,7 +99,46 @@ def _report(state: AdapterState, strict: bool) -> None:
         log.info("%s", state.reason)
 
 
-def _register(pm: pluggy.PluginManager, plugin: Any, name: str) -> None:
+def _refusal(name: str, hook: str, option: str) -> AdapterError:
+    return AdapterError(
+        f"overmind: adapter {name} declares {hook} with {option}=True, which Overmind does not "
+        f"support: it calls each adapter's hook on its own, so that a failing adapter is named and "
+        f"skipped. Drop {option}=True and return the hook's value (to run code around pickling, return "
+        f"a context manager from overmind_prepare_result).")
+
+
+def _impl_options(plugin: Any):
+    """``(hook name, options)`` of each hook implementation on ``plugin``, read from the marker's attribute
+    without running any descriptor (as pluggy's registration finds them; it has the last word)."""
+    if isinstance(plugin, types.ModuleType):
+        spaces = [vars(plugin)]
+    else:
+        cls = plugin if isinstance(plugin, type) else type(plugin)
+        own = [] if isinstance(plugin, type) else [getattr(plugin, "__dict__", None) or {}]
+        spaces = own + [vars(c) for c in cls.__mro__]
+    seen: set[str] = set()
+    for space in spaces:
+        for attr, value in list(space.items()):
+            if attr in seen or not isinstance(attr, str):
+                continue
+            seen.add(attr)
+            for holder in (value, getattr(value, "__func__", None)):
+                opts = (getattr(holder, "__dict__", None) or {}).get(hookspecs.PROJECT + "_impl") \
+                    if isinstance(holder, (types.FunctionType, classmethod, staticmethod)) else None
+                if isinstance(opts, dict):
+                    yield opts.get("specname") or attr, opts
+                    break
+
+
+def _check_options(plugin: Any, name: str) -> None:
+    """Refuse, at discovery, the impl options whose meaning Overmind's hook calls cannot keep."""
+    for hook, opts in _impl_options(plugin):
+        option = next((o for o in _UNSUPPORTED if opts.get(o)), None)
+        if option is not None:
+            raise _refusal(name, hook, option)
+
+
+def _register(pm: Any, plugin: Any, name: str) -> None:
     """Register ``plugin``, refusing the impl options whose meaning Overmind's hook calls cannot keep."""
     pm.register(plugin, name=name)
     for caller in pm.get_hookcallers(plugin) or ():
@@ -101,11 +146,7 @@ def _register(pm: pluggy.PluginManager, plugin: Any, name: str) -> None:
             option = next((o for o in _UNSUPPORTED if impl.plugin is plugin and getattr(impl, o, False)), None)
             if option is not None:
                 pm.unregister(plugin)
-                raise AdapterError(
-                    f"overmind: adapter {name} declares {caller.name} with {option}=True, which Overmind does not "
-                    f"support: it calls each adapter's hook on its own, so that a failing adapter is named and "
-                    f"skipped. Drop {option}=True and return the hook's value (to run code around pickling, return "
-                    f"a context manager from overmind_prepare_result).")
+                raise _refusal(name, caller.name, option)
 
 
 def register_adapter(name: str, plugin: Any, dist: str | None = None) -> AdapterState:
@@ -120,7 +161,7 @@ def register_adapter(name: str, plugin: Any, dist: str | None = None) -> Adapter
         return state
 
 
-def _discover(pm: pluggy.PluginManager, strict: bool) -> None:
+def _discover(strict: bool) -> None:
     blocked = disabled_names()
     for ep in installed.entry_points(GROUP):
         if ep.name in _states:
@@ -139,7 +180,7 @@ def _discover(pm: pluggy.PluginManager, strict: bool) -> None:
             continue
         try:
             plugin = ep.load()
-            _register(pm, plugin, ep.name)
+            _check_options(plugin, ep.name)
         except AdapterError as e:
             state = _states[ep.name] = AdapterState(ep.name, dist_name, "failed", str(e))
             _report(state, strict)
@@ -153,16 +194,46 @@ def _discover(pm: pluggy.PluginManager, strict: bool) -> None:
             _report(state, strict)
             continue
         _states[ep.name] = AdapterState(ep.name, dist_name, "loaded", modules=libraries.module_groups(dist))
+        _pending.append((ep.name, plugin))
 
 
-def get_manager(strict: bool = False) -> pluggy.PluginManager:
-    """The plugin manager, with the installed adapters discovered on first use."""
+def discover_installed(strict: bool = False) -> None:
+    """Find the installed adapters, once: check each one's requirements, import it, check its hook options.
+    Registering them with the plugin manager waits for the first hook call (:func:`get_manager`)."""
+    global _discovered, _generation
+    with lock:
+        if not _discovered:
+            _discovered = True
+            _discover(strict)
+            _generation += 1
+
+
+def get_manager(strict: bool = False) -> Any:
+    """The pluggy plugin manager, made on first use with every discovered adapter registered in discovery order.
+    An adapter pluggy refuses (a hook argument its spec does not have) is marked failed, with one warning."""
     global _manager, _generation
     with lock:
+        discover_installed(strict)
         if _manager is None:
-            _manager = pluggy.PluginManager(hookspecs.PROJECT)
-            _manager.add_hookspecs(hookspecs)
-            _discover(_manager, strict)
+            import pluggy
+
+            pm = pluggy.PluginManager(hookspecs.PROJECT)
+            pm.add_hookspecs(hookspecs)
+            for name, plugin in _pending:
+                state = _states.get(name)
+                if state is None or state.status != "loaded" or pm.get_plugin(name) is not None:
+                    continue
+                try:
+                    _register(pm, plugin, name)
+                except Exception as e:
+                    interrupts.raise_users(e)
+                    state.status = "failed"
+                    state.reason = (f"overmind: adapter {name} ({state.dist}) was refused by the plugin manager: "
+                                    f"{type(e).__name__}: {e}. Upgrade {state.dist}, or skip it with "
+                                    f"OVERMIND_DISABLED_ADAPTERS={name}.")
+                    _report(state, strict=False)
+            _pending.clear()
+            _manager = pm
             _generation += 1
         return _manager
 
@@ -171,7 +242,7 @@ def states(discover: bool = True) -> dict[str, AdapterState]:
     """The state of every adapter seen: loaded, skipped (requirements), disabled (by name) or failed.
     Discovers the installed adapters first, unless ``discover`` is false."""
     if discover:
-        get_manager()
+        discover_installed()
     return dict(_states)
 
 
@@ -187,8 +258,10 @@ def generation() -> int:
 
 def forget() -> None:
     """Drop the manager and every adapter's state, so the next use rediscovers (see ``activation.reset``)."""
-    global _manager, _generation
+    global _manager, _generation, _discovered
     with lock:
         _manager = None
+        _discovered = False
+        _pending.clear()
         _states.clear()
         _generation += 1

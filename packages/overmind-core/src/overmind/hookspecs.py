@@ -18,20 +18,68 @@ Every hook runs in the user's process; none runs in the server. The core calls t
 from __future__ import annotations
 
 import enum
-import inspect
-from typing import TYPE_CHECKING, Any, Callable, ContextManager, Mapping, Sequence
-
-import pluggy
 
 from .records import Frozen
+
+TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
+if TYPE_CHECKING:
+    from typing import Any, Callable, ContextManager, Mapping, Sequence
 
 if TYPE_CHECKING:
     from .key import Loader
     from .patching import PatchTarget
 
 PROJECT = "overmind"
-hookspec = pluggy.HookspecMarker(PROJECT)
-hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+# The markers write what pluggy's HookspecMarker/HookimplMarker("overmind") write (an "overmind_spec" or
+# "overmind_impl" attribute holding the options dict its plugin manager reads), without importing pluggy:
+# activate() imports this module through every adapter, and pluggy (with inspect and its TypedDicts) cost it
+# ~17 ms. pluggy itself is imported when the first hook is called (adapters.get_manager).
+class HookspecMarker:
+    """``pluggy.HookspecMarker(project_name)``, the same attribute and options."""
+
+    __slots__ = ("project_name",)
+
+    def __init__(self, project_name: str) -> None:
+        self.project_name = project_name
+
+    def __call__(self, function: Callable | None = None, firstresult: bool = False, historic: bool = False,
+                 warn_on_impl: Warning | None = None, warn_on_impl_args: Mapping[str, Warning] | None = None) -> Any:
+        def mark(func: Callable) -> Callable:
+            if historic and firstresult:
+                raise ValueError("cannot have a historic firstresult hook")
+            setattr(func, self.project_name + "_spec", {"firstresult": firstresult, "historic": historic,
+                                                         "warn_on_impl": warn_on_impl,
+                                                         "warn_on_impl_args": warn_on_impl_args})
+            return func
+
+        return mark if function is None else mark(function)
+
+
+class HookimplMarker:
+    """``pluggy.HookimplMarker(project_name)``: ``@overmind.hookimpl`` or ``@overmind.hookimpl(tryfirst=True)``,
+    the same attribute and options."""
+
+    __slots__ = ("project_name",)
+
+    def __init__(self, project_name: str) -> None:
+        self.project_name = project_name
+
+    def __call__(self, function: Callable | None = None, hookwrapper: bool = False, optionalhook: bool = False,
+                 tryfirst: bool = False, trylast: bool = False, specname: str | None = None,
+                 wrapper: bool = False) -> Any:
+        def mark(func: Callable) -> Callable:
+            setattr(func, self.project_name + "_impl", {"wrapper": wrapper, "hookwrapper": hookwrapper,
+                                                         "optionalhook": optionalhook, "tryfirst": tryfirst,
+                                                         "trylast": trylast, "specname": specname})
+            return func
+
+        return mark if function is None else mark(function)
+
+
+hookspec = HookspecMarker(PROJECT)
+hookimpl = HookimplMarker(PROJECT)
 
 
 class Kind(str, enum.Enum):
@@ -76,7 +124,10 @@ SPECS: dict[str, Spec] = {}
 
 def _declare(kind: Kind, when: When) -> Callable[[Callable], Callable]:
     def declare(fn: Callable) -> Callable:
-        SPECS[fn.__name__] = Spec(fn.__name__, kind, when, tuple(inspect.signature(fn).parameters))
+        code = fn.__code__
+        assert not code.co_flags & 0x0C, f"hookspec {fn.__name__}: no *args or **kwargs"  # CO_VARARGS | CO_VARKEYWORDS
+        args = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]  # its parameters, in order
+        SPECS[fn.__name__] = Spec(fn.__name__, kind, when, args)
         return hookspec(firstresult=kind is Kind.FIRST)(fn)
 
     return declare

@@ -13,44 +13,55 @@ attribute that was only inherited before patching.
 from __future__ import annotations
 
 import functools
-import inspect
 import threading
-from dataclasses import dataclass
-from typing import Any, Callable
+import types
 
 from .errors import OvermindError
+from .records import Frozen
+
+TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
+    Route = Callable[..., Any]  # route(loader, *args, **kwargs): what a patched loader calls instead
 
 __all__ = ["PatchTarget", "PatchError", "apply", "restore", "is_patched", "get_original", "patched_targets"]
 
 _KINDS = ("classmethod", "function", "staticmethod", "replace")
-Route = Callable[..., Any]  # route(loader, *args, **kwargs): what a patched loader calls instead
 
 
 class PatchError(OvermindError, RuntimeError):
     """A patch target could not be applied; the message names the adapter, the target and the fix."""
 
 
-@dataclass(frozen=True)
-class PatchTarget:
+class PatchTarget(Frozen):
     """One attribute to route through the cache.
 
     ``owner`` is a class or module; ``name`` the attribute; ``kind`` one of ``classmethod`` (called on a
     class: the class is part of the cache identity), ``function`` (a module-level function) or
     ``staticmethod``, or ``replace``: a plain behavioural patch that installs ``replacement`` as it is
     (not routed through the cache), for fixes an adapter needs while active. ``adapter`` names the adapter
-    for error messages (filled in by ``activate``).
+    for error messages (filled in by ``activate``). Frozen, compared and hashed by every field, as a frozen
+    dataclass would be (it is a :class:`~overmind.records.Frozen`: ``activate()`` imports this module, and creating
+    a dataclass costs it a millisecond and an import of :mod:`inspect`).
     """
 
     owner: Any
     name: str
-    kind: str = "classmethod"
-    adapter: str = ""
-    replacement: Any = None
+    kind: str
+    adapter: str
+    replacement: Any
+    __slots__ = _fields = _compared = ("owner", "name", "kind", "adapter", "replacement")
+
+    def __init__(self, owner: Any, name: str, kind: str = "classmethod", adapter: str = "",
+                 replacement: Any = None):
+        for f, v in zip(self._fields, (owner, name, kind, adapter, replacement)):
+            object.__setattr__(self, f, v)
 
     def describe(self) -> str:
         name = getattr(self.owner, "__qualname__", getattr(self.owner, "__name__", "?"))
         owner = getattr(self.owner, "__module__", "") + "." + name
-        if inspect.ismodule(self.owner):
+        if isinstance(self.owner, types.ModuleType):
             owner = self.owner.__name__
         return f"{owner}.{self.name}"
 
@@ -82,7 +93,9 @@ def get_original(owner: Any, name: str) -> Any:
     rec = _records.get(_slot(owner, name))
     if rec is not None:
         return rec.original
-    return inspect.getattr_static(owner, name)
+    from inspect import getattr_static  # late: activate() imports this module, and inspect costs it ~10 ms
+
+    return getattr_static(owner, name)
 
 
 def patched_targets() -> list[PatchTarget]:
@@ -143,7 +156,7 @@ def apply(target: PatchTarget, route: Route | None = None) -> bool:
         own = vars(target.owner)
         had_own = target.name in own
         try:
-            original = own[target.name] if had_own else inspect.getattr_static(target.owner, target.name)
+            original = own[target.name] if had_own else get_original(target.owner, target.name)
         except AttributeError:
             raise PatchError(
                 f"overmind: adapter {target.adapter or '?'} cannot patch {target.describe()}: no such attribute. "

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
 
 from overmind import interrupts
+
+TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
+if TYPE_CHECKING:
+    from typing import Any
 
 # A repo id is "name" or "org/name" of word characters, dots and dashes; anything else is not a Hub id.
 _REPO_ID = re.compile(r"^[\w.\-]+(/[\w.\-]+)?$")

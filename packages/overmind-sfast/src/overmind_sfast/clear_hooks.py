@@ -17,7 +17,10 @@ from __future__ import annotations
 import functools
 import threading
 import weakref
-from typing import Any, Iterator
+
+TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
+if TYPE_CHECKING:
+    from typing import Any, Iterator
 
 __all__ = ["ATTRIBUTE", "attach_script_module_clear_hook", "carries_hook_attribute", "held_hooks", "patch_targets"]
 

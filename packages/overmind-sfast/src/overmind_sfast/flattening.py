@@ -20,10 +20,12 @@ place, so stable-fast's unmodified unflattening works there too, whether or not 
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib
-from typing import Any
+
+TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["MAGIC", "flatten_dataclass", "class_tag", "read_tag", "class_path", "resolve_class",
            "tagged_constants", "restore_class_tags", "patch_targets"]
@@ -71,6 +73,8 @@ def class_tag(cls: type) -> Any:
 def flatten_dataclass(obj: Any) -> tuple:
     """Replacement for ``sfast.utils.flat_tensors.flatten_dataclass``: same layout (class, then fields
     as a dict), the class as a :func:`class_tag`."""
+    import dataclasses  # late: activate() imports this module, and dataclasses imports inspect (~10 ms)
+
     from sfast.utils import flat_tensors
 
     fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}

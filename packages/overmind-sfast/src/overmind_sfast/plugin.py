@@ -16,11 +16,13 @@ of why when stable-fast is missing.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
-
 import overmind
 
 from . import clear_hooks, flattening
+
+TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
+if TYPE_CHECKING:
+    from typing import Any, Callable, Mapping, Sequence
 
 
 def patch_targets() -> list:
