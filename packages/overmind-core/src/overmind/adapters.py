@@ -203,9 +203,11 @@ def discover_installed(strict: bool = False) -> None:
     global _discovered, _generation
     with lock:
         if not _discovered:
-            _discovered = True
+            _discovered = True  # first: an adapter's import that asks for the states sees discovery under way
             _discover(strict)
             _generation += 1
+            if _manager is not None:  # made meanwhile (a hook called while an adapter imported): register the rest
+                _register_pending(_manager)
 
 
 def get_manager(strict: bool = False) -> Any:
@@ -219,23 +221,30 @@ def get_manager(strict: bool = False) -> Any:
 
             pm = pluggy.PluginManager(hookspecs.PROJECT)
             pm.add_hookspecs(hookspecs)
-            for name, plugin in _pending:
-                state = _states.get(name)
-                if state is None or state.status != "loaded" or pm.get_plugin(name) is not None:
-                    continue
-                try:
-                    _register(pm, plugin, name)
-                except Exception as e:
-                    interrupts.raise_users(e)
-                    state.status = "failed"
-                    state.reason = (f"overmind: adapter {name} ({state.dist}) was refused by the plugin manager: "
-                                    f"{type(e).__name__}: {e}. Upgrade {state.dist}, or skip it with "
-                                    f"OVERMIND_DISABLED_ADAPTERS={name}.")
-                    _report(state, strict=False)
-            _pending.clear()
             _manager = pm
+            _register_pending(pm)
             _generation += 1
         return _manager
+
+
+def _register_pending(pm: Any) -> None:
+    """Register the adapters discovery loaded and nobody registered yet, in discovery order."""
+    global _generation
+    while _pending:
+        name, plugin = _pending.pop(0)
+        state = _states.get(name)
+        if state is None or state.status != "loaded" or pm.get_plugin(name) is not None:
+            continue
+        try:
+            _register(pm, plugin, name)
+        except Exception as e:
+            interrupts.raise_users(e)
+            state.status = "failed"
+            state.reason = (f"overmind: adapter {name} ({state.dist}) was refused by the plugin manager: "
+                            f"{type(e).__name__}: {e}. Upgrade {state.dist}, or skip it with "
+                            f"OVERMIND_DISABLED_ADAPTERS={name}.")
+            _report(state, strict=False)
+        _generation += 1
 
 
 def states(discover: bool = True) -> dict[str, AdapterState]:
