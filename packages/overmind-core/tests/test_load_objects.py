@@ -149,3 +149,21 @@ def test_plain_tensors_take_the_fast_reduce_and_unusual_ones_torchs(overmind_run
     assert torch.equal(got["neg"], expected["neg"])
     assert type(got["param"]) is torch.nn.Parameter and got["param"].tag == "kept"
     assert torch.equal(got["plain"], expected["plain"]) and overmind_mapped(got["plain"].data_ptr())
+
+
+def make_versioned_tensors():
+    fresh = torch.nn.Parameter(torch.ones(4))  # version 0, as a safetensors load leaves its parameters
+    edited = torch.zeros(3)
+    for _ in range(3):
+        edited.add_(1)  # version 3
+    return {"fresh": fresh, "edited": edited, "view": edited[1:]}
+
+
+def test_version_counters_are_the_plain_calls(overmind_runtime, monkeypatch):
+    """A rebuild over a storage bumps a tensor's version counter (``set_``); the plain call's counter is set again,
+    on a miss and on a hit alike (``_version`` is what autograd compares to catch an in-place change)."""
+    monkeypatch.setenv("OVERMIND_STRICT", "1")
+    expected = make_versioned_tensors()
+    for result in (overmind.load(make_versioned_tensors), overmind.load(make_versioned_tensors)):
+        for name in ("fresh", "edited", "view"):
+            assert result[name]._version == expected[name]._version, name

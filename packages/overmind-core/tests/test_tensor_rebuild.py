@@ -107,10 +107,17 @@ def rebuild_args(draw, storage):
     requires_grad = draw(st.booleans()) and (floating or draw(st.booleans()))  # an int with grad: an error
     state = draw(st.sampled_from([None, None, None, {}, {"tag": "kept"}]))
     args = [storage, dtype, offset, size, stride, requires_grad, is_parameter, state]
-    odd = draw(st.sampled_from(["", "", "", "", "grad", "list_size", "big_offset", "bool_offset", "int_flag",
+    # today's entries pass a gradient (or None) and the version counter; older ones stop at state, or add a gradient
+    form = draw(st.sampled_from(["versioned", "versioned", "versioned", "eight", "nine"]))
+    grad = (torch.zeros(size, dtype=dtype) if floating and draw(st.integers(0, 4)) == 0 else None)
+    if form == "versioned":
+        args += [grad, draw(st.sampled_from([None, 0, 1, 7, 2**40, -1, True, 1.0]))]
+    elif form == "nine":
+        args.append(grad)
+    odd = draw(st.sampled_from(["", "", "", "", "list_size", "big_offset", "bool_offset", "int_flag",
                                 "short", "typed_storage"]))
-    if odd == "grad" and floating:
-        args.append(torch.zeros(size, dtype=dtype) if all(size) or not size else None)
+    if odd == "":
+        pass
     elif odd == "list_size":
         args[3] = list(size)
     elif odd == "big_offset":
@@ -120,7 +127,7 @@ def rebuild_args(draw, storage):
     elif odd == "int_flag":
         args[6] = int(is_parameter)
     elif odd == "short":
-        args = args[:7]
+        args = args[:draw(st.sampled_from([7, 9]))]
     elif odd == "typed_storage":
         args[0] = torch.storage.TypedStorage(wrap_storage=storage, dtype=torch.uint8, _internal=True)
     return args

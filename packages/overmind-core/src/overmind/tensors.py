@@ -8,6 +8,10 @@ sparse or meta tensors, tensor metadata) is left to torch's reduce by answering 
 Neither reduce keeps ``.grad`` (torch's drops it), so a leaf's gradient rides along as one more tensor
 (its storage out of band like any other: zero-copy on rebuild) and is set again after the rebuild.
 
+The cheaper reduce also keeps the tensor's version counter (``t._version``, what autograd compares to catch an
+in-place change): rebuilding over a storage bumps it (``set_``), where the loader's own tensor may read 0 (a
+safetensors load) or anything else, so the recorded value is set again. An inference tensor has none.
+
 The storage travels as an :class:`UntypedStorageArg` (the pickler's persistent id for it carries no dtype), so a
 rebuild gets the ``UntypedStorage`` itself, not a ``TypedStorage`` wrapper made only to be unwrapped again;
 with ``torch.empty(0)`` + ``set_`` and ``Parameter``'s own ``_make_subclass`` that is ~3 us a tensor instead of
@@ -24,6 +28,7 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _empty = torch.empty
 _make_subclass = torch.Tensor._make_subclass
 _Parameter = torch.nn.Parameter
+_set_versions = torch._C._autograd._unsafe_set_version_counter  # ((tensor, ...), (version, ...))
 
 
 class UntypedStorageArg:
@@ -43,15 +48,17 @@ def reduce_tensor(t: torch.Tensor) -> Any:
             or (t.grad_fn is not None)):
         return NotImplemented if grad is None else _reduce_keeping_grad(t, grad)
     state = dict(t.__dict__) if t.__dict__ else None
+    version = None if t.is_inference() else t._version
     args = (UntypedStorageArg(t.untyped_storage()), t.dtype, t.storage_offset(), tuple(t.size()), t.stride(),
-            t.requires_grad, cls is torch.nn.Parameter, state)
-    return (rebuild_from_untyped, args if grad is None else args + (grad,))
+            t.requires_grad, cls is torch.nn.Parameter, state, grad, version)
+    return (rebuild_from_untyped, args)
 
 
 def rebuild_from_untyped(untyped: torch.UntypedStorage, dtype: torch.dtype, offset: int, size: tuple, stride: tuple,
                          requires_grad: bool, is_parameter: bool, state: dict | None,
-                         grad: torch.Tensor | None = None) -> torch.Tensor:
-    """Inverse of :func:`reduce_tensor` (named in entries: keep its module path and signature)."""
+                         grad: torch.Tensor | None = None, version: int | None = None) -> torch.Tensor:
+    """Inverse of :func:`reduce_tensor` (named in entries: keep its module path and signature; entries written
+    before ``version`` was recorded leave the counter as the rebuild leaves it)."""
     device = untyped.device
     t = (_empty(0, dtype=dtype) if device.type == "cpu" else _empty(0, dtype=dtype, device=device)).set_(
         untyped, offset, size, stride)
@@ -64,6 +71,8 @@ def rebuild_from_untyped(untyped: torch.UntypedStorage, dtype: torch.dtype, offs
         t.__dict__.update(state)
     if grad is not None:
         t.grad = grad
+    if version is not None and not t.is_inference():
+        _set_versions((t,), (version,))
     return t
 
 

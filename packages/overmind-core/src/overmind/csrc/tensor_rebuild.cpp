@@ -2,8 +2,8 @@
 //
 // A warm pipeline load rebuilds ~2,700 tensors; the Python function spends ~10 us on each, most of it parsing the
 // arguments of torch.empty and Tensor.set_. This does the same two operations through the dispatcher (so
-// inference mode, dispatch modes and deterministic fills behave as they do for the Python calls) and wraps
-// the result, ~1-2 us. Anything off the common path is handed, unchanged, to the Python function the rebuilder
+// inference mode, dispatch modes and deterministic fills behave as they do for the Python calls), sets the
+// recorded version counter as torch._C._autograd._unsafe_set_version_counter does, and wraps the result, ~1-2 us. Anything off the common path is handed, unchanged, to the Python function the rebuilder
 // was made with: a storage that is not an exact CPU torch.UntypedStorage, tensor state or a gradient, a plain
 // tensor that requires grad, or an active torch-function mode (torch.device(...) as a context manager,
 // set_default_device), which the Python calls would consult and these do not.
@@ -25,7 +25,10 @@ namespace overmind {
 namespace {
 
 // self of the function object: (python_fallback, Tensor._make_subclass, torch.nn.Parameter)
-constexpr Py_ssize_t kArgs = 8;  // storage, dtype, offset, size, stride, requires_grad, is_parameter, state
+// storage, dtype, offset, size, stride, requires_grad, is_parameter, state[, grad, version]: entries written before
+// the version was recorded pass the first eight
+constexpr Py_ssize_t kArgs = 8;
+constexpr Py_ssize_t kArgsWithVersion = 10;
 
 bool int_tuple(PyObject* obj, c10::SmallVector<int64_t, 6>& out) {
   if (!PyTuple_CheckExact(obj)) {
@@ -55,10 +58,24 @@ PyObject* call_fallback(PyObject* self, PyObject* const* args, Py_ssize_t nargs)
 
 PyObject* rebuild_plain_tensor(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
-  if (nargs != kArgs || !THPStorage_CheckExact(args[0]) || !THPDtype_Check(args[1]) || !PyLong_CheckExact(args[2]) ||
+  if ((nargs != kArgs && nargs != kArgsWithVersion) || !THPStorage_CheckExact(args[0]) || !THPDtype_Check(args[1]) || !PyLong_CheckExact(args[2]) ||
       args[7] != Py_None || (args[5] != Py_True && args[5] != Py_False) ||
       (args[6] != Py_True && args[6] != Py_False)) {
     return call_fallback(self, args, nargs);
+  }
+  long long version = -1;  // -1: leave the counter as the rebuild leaves it
+  if (nargs == kArgsWithVersion) {
+    if (args[8] != Py_None || (args[9] != Py_None && !PyLong_CheckExact(args[9]))) {
+      return call_fallback(self, args, nargs);  // a gradient, or a version of another type
+    }
+    if (args[9] != Py_None) {
+      int overflow = 0;
+      version = PyLong_AsLongLongAndOverflow(args[9], &overflow);
+      if (overflow != 0 || version < 0) {
+        PyErr_Clear();
+        return call_fallback(self, args, nargs);  // the Python function raises what torch raises
+      }
+    }
   }
   const bool requires_grad = args[5] == Py_True;
   const bool is_parameter = args[6] == Py_True;
@@ -79,6 +96,11 @@ PyObject* rebuild_plain_tensor(PyObject* self, PyObject* const* args, Py_ssize_t
   const auto dtype = reinterpret_cast<THPDtype*>(args[1])->scalar_type;
   at::Tensor t = at::empty({0}, at::TensorOptions().dtype(dtype));
   t.set_(storage, offset, size, stride);
+  if (version >= 0 && !t.is_inference()) {
+    // as torch._C._autograd._unsafe_set_version_counter: a copy of the counter handle shares its count
+    c10::VariableVersion counter = t.unsafeGetTensorImpl()->version_counter();
+    counter.set_version(version);
+  }
   PyObject* tensor = THPVariable_Wrap(std::move(t));
   if (tensor == nullptr || !is_parameter) {
     return tensor;
