@@ -261,3 +261,64 @@ def test_fresh_processes_agree_with_plain_for_each_finding(overmind_runtime, tmp
     assert run_fresh(script, env=env) == [True, True, True, True]
     assert run_fresh(script, env=env) == [True, True, True, True]
     assert sys.modules.get("overmind") is not None
+
+
+# --- torch's process-wide state: default dtype, default device, inference mode ----------------------------
+
+
+def make_default_tensors():
+    return {"zeros": torch.zeros(2), "ones": torch.ones(3, 2)}
+
+
+AMBIENTS = {
+    "plain": lambda: __import__("contextlib").nullcontext(),
+    "float64": lambda: _default_dtype(torch.float64),
+    "bfloat16": lambda: _default_dtype(torch.bfloat16),
+    "meta": lambda: torch.device("meta"),
+    "inference": lambda: torch.inference_mode(),
+    "inference_float64": lambda: _both(torch.inference_mode(), _default_dtype(torch.float64)),
+}
+
+
+def _default_dtype(dtype):
+    import contextlib
+
+    @contextlib.contextmanager
+    def cm():
+        before = torch.get_default_dtype()
+        torch.set_default_dtype(dtype)
+        try:
+            yield
+        finally:
+            torch.set_default_dtype(before)
+    return cm()
+
+
+def _both(a, b):
+    import contextlib
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(a)
+    stack.enter_context(b)
+    return stack
+
+
+def _describe(result):
+    return {k: (t.dtype, t.device.type, t.is_inference(), tuple(t.shape)) for k, t in result.items()}
+
+
+def test_the_default_dtype_device_and_inference_mode_key_the_call(overmind_runtime, monkeypatch):
+    """``torch.zeros(2)`` inside a loader is float64 under ``set_default_dtype(torch.float64)``, a meta tensor under
+    ``torch.device("meta")``, an inference tensor under ``inference_mode``: each state is its own entry, and every
+    call, miss or hit, in any order, returns what the plain call returns in that state."""
+    _strict(monkeypatch)
+    order = list(AMBIENTS) + list(reversed(AMBIENTS))  # each state missed once, then hit
+    for name in order:
+        with AMBIENTS[name]():
+            plain = _describe(make_default_tensors())
+            cached = _describe(overmind.load(make_default_tensors))
+        assert cached == plain, name
+    assert len(_entries("make_default_tensors")) == len(AMBIENTS)
+    from overmind import ambient
+
+    assert ambient.key_part() == ambient.DEFAULTS  # the state a process that imported torch starts in

@@ -21,9 +21,10 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from . import ambient
 from .canon import Unkeyable, Walk, canon
 
-KEY_VERSION = 2
+KEY_VERSION = 3  # 3: torch's default dtype, default device and inference mode are part of every key
 __all__ = ["Unkeyable", "Loader", "CacheKey", "describe_loader", "bind_arguments", "make_key", "canon", "summarize"]
 
 
@@ -132,7 +133,7 @@ def make_key(loader: Loader, arguments: dict[str, Any], extra_parts: list[Any] |
         extra = walk.value(list(extra_parts))
     except RecursionError:
         raise Unkeyable("the arguments are nested too deeply to describe") from None
-    material = repr((KEY_VERSION, identity, canon_args, extra))
+    material = repr((KEY_VERSION, identity, canon_args, extra, ambient.key_part()))
     digest = hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()[:40]
     return CacheKey(digest, summarize(loader, arguments))
 
