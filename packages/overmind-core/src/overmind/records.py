@@ -3,8 +3,8 @@
 A dataclass costs about a millisecond to create (it compiles its methods from generated source); seven of them
 were a sixth of ``activate()``. A :class:`Frozen` subclass names its fields in ``__slots__``, ``_fields`` (shown
 by ``repr``) and ``_compared`` (equality and hash), sets them in its own ``__init__`` with
-``object.__setattr__``, and refuses any later assignment, as a frozen dataclass does. Public classes that
-adapters build or ``dataclasses.replace`` (``PatchTarget``) stay dataclasses.
+``object.__setattr__``, and refuses any later assignment, as a frozen dataclass does (``dataclasses.fields`` and
+``dataclasses.replace`` do not apply: build a new one).
 """
 from __future__ import annotations
 
