@@ -51,7 +51,8 @@ class Net(nn.Module):
 
 
 def build(path):
-    net = Net()
+    with torch.random.fork_rng(devices=[]):  # Net() draws its initial weights: a loader that draws is not cached
+        net = Net()
     net.load_state_dict(torch.load(path))
     return net.to("cpu")  # quantizes
 

@@ -23,8 +23,9 @@ LAYER = WIDTH * WIDTH * 4
 
 
 def _net(seed: int, layers: int = 3) -> torch.nn.Sequential:
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(*(torch.nn.Linear(WIDTH, WIDTH) for _ in range(layers)))
+    with torch.random.fork_rng(devices=[]):  # the caller's generator is left as it was: cacheable
+        torch.manual_seed(seed)
+        return torch.nn.Sequential(*(torch.nn.Linear(WIDTH, WIDTH) for _ in range(layers)))
 
 
 def build_one_way(seed):
@@ -46,9 +47,10 @@ def build_twin(seed):
 
 def build_with_copies(seed):
     """Three distinct storages with equal bytes (and one other), in one result."""
-    torch.manual_seed(seed)
-    w = torch.randn(WIDTH, WIDTH)
-    return {"a": w, "b": w.clone(), "c": w.clone(), "other": torch.randn(WIDTH, WIDTH)}
+    with torch.random.fork_rng(devices=[]):  # the caller's generator is left as it was: cacheable
+        torch.manual_seed(seed)
+        w = torch.randn(WIDTH, WIDTH)
+        return {"a": w, "b": w.clone(), "c": w.clone(), "other": torch.randn(WIDTH, WIDTH)}
 
 
 def _entry(loader_suffix: str) -> dict:
@@ -100,8 +102,9 @@ from overmind.testing import report
 
 
 def net(seed):
-    torch.manual_seed(seed)
-    return torch.nn.Sequential(*(torch.nn.Linear(256, 256) for _ in range(3)))
+    with torch.random.fork_rng(devices=[]):  # the caller's generator is left as it was: cacheable
+        torch.manual_seed(seed)
+        return torch.nn.Sequential(*(torch.nn.Linear(256, 256) for _ in range(3)))
 
 
 def one_way(seed):

@@ -73,7 +73,7 @@ def convert_other_way(seed: int) -> dict[str, torch.Tensor]:
 
 def convert_with_inner(seed: int) -> dict:
     """A pipeline-like loader: a nested cached load, and conversions of its own before and after it."""
-    own = torch.randn(40, 100).to(torch.float64)
+    own = torch.randn(40, 100, generator=torch.Generator().manual_seed(seed)).to(torch.float64)
     inner = overmind.load(convert, seed)
     return {"inner": inner, "own": own, "after": torch.arange(3000, dtype=torch.float32).to(torch.int64)}
 

@@ -23,8 +23,9 @@ from overmind import collector
 from overmind.testing import report
 
 def build(n):
-    torch.manual_seed(0)
-    return torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(n)])
+    with torch.random.fork_rng(devices=[]):  # the caller's generator is left as it was: cacheable
+        torch.manual_seed(0)
+        return torch.nn.Sequential(*[torch.nn.Linear(2, 2) for _ in range(n)])
 
 def explode(n):
     raise ValueError("loader failed")

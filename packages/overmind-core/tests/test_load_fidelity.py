@@ -35,16 +35,17 @@ class Tagged(torch.Tensor):
 
 
 def trained():
-    torch.manual_seed(0)
-    m = torch.nn.Linear(4, 3)
-    m(torch.randn(5, 4)).pow(2).sum().backward()
-    leaf = torch.randn(6, requires_grad=True)
-    (leaf * 3).sum().backward()
-    half = torch.nn.Parameter(torch.randn(2, 2).half())
-    half.grad = torch.full((2, 2), 0.5, dtype=torch.float16)
-    tagged = torch.randn(3).as_subclass(Tagged).requires_grad_()  # takes torch's own reduce
-    tagged.grad = torch.ones(3)
-    return {"m": m, "leaf": leaf, "half": half, "tagged": tagged, "none": torch.nn.Parameter(torch.ones(2))}
+    with torch.random.fork_rng(devices=[]):  # the caller's generator is left as it was: cacheable
+        torch.manual_seed(0)
+        m = torch.nn.Linear(4, 3)
+        m(torch.randn(5, 4)).pow(2).sum().backward()
+        leaf = torch.randn(6, requires_grad=True)
+        (leaf * 3).sum().backward()
+        half = torch.nn.Parameter(torch.randn(2, 2).half())
+        half.grad = torch.full((2, 2), 0.5, dtype=torch.float16)
+        tagged = torch.randn(3).as_subclass(Tagged).requires_grad_()  # takes torch's own reduce
+        tagged.grad = torch.ones(3)
+        return {"m": m, "leaf": leaf, "half": half, "tagged": tagged, "none": torch.nn.Parameter(torch.ones(2))}
 
 
 def describe(t):
@@ -90,7 +91,10 @@ def with_log():
     log = open(os.environ["TRAIN_LOG"], "w")
     log.write("header\\n")
     log.flush()
-    return {"model": torch.nn.Linear(2, 2), "log": log}
+    model = torch.nn.utils.skip_init(torch.nn.Linear, 2, 2)  # no draw: a loader that draws is not cached
+    torch.nn.init.ones_(model.weight)
+    torch.nn.init.zeros_(model.bias)
+    return {"model": model, "log": log}
 
 
 with warnings.catch_warnings(record=True) as caught:
@@ -136,7 +140,9 @@ RESOURCES = {
 
 class Holder:
     def __init__(self, thing):
-        self.model = torch.nn.Linear(2, 2)
+        self.model = torch.nn.Linear(2, 2, device="meta").to_empty(device="cpu")  # no draw
+        torch.nn.init.ones_(self.model.weight)
+        torch.nn.init.zeros_(self.model.bias)
         self.state = {"inner": [thing]}
 
 

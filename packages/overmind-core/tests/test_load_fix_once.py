@@ -24,8 +24,9 @@ def _warnings_of(fn, *args):
 
 
 def build(n: int) -> torch.nn.Module:
-    torch.manual_seed(n)
-    return torch.nn.Linear(n, n)
+    with torch.random.fork_rng(devices=[]):  # the caller's generator is left as it was: cacheable
+        torch.manual_seed(n)
+        return torch.nn.Linear(n, n)
 
 
 class Unpicklable:

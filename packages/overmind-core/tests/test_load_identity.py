@@ -27,18 +27,20 @@ def note(name):
 
 def build_base():
     note("base")
-    torch.manual_seed(0)
-    return torch.nn.Linear(256, 256)
+    with torch.random.fork_rng(devices=[]):  # the caller's generator is left as it was: cacheable
+        torch.manual_seed(0)
+        return torch.nn.Linear(256, 256)
 
 
 def wrap(module, table, names, scale=2.0):
     """Holds its arguments as a plain loader would: the module twice (directly and inside a new Sequential),
     the dict and the list it was given, and an element of that dict."""
     note("wrap")
-    torch.manual_seed(1)
-    head = torch.nn.Sequential(module, torch.nn.Linear(256, 2))
-    return {"module": module, "head": head, "table": table, "weights": table["weights"], "names": names,
-            "scale": scale}
+    with torch.random.fork_rng(devices=[]):  # the caller's generator is left as it was: cacheable
+        torch.manual_seed(1)
+        head = torch.nn.Sequential(module, torch.nn.Linear(256, 2))
+        return {"module": module, "head": head, "table": table, "weights": table["weights"], "names": names,
+                "scale": scale}
 
 
 def passthrough(module):

@@ -71,8 +71,9 @@ def test_every_dtype_layout_and_type_round_trips(overmind_runtime, monkeypatch):
 
 
 def make_part(n: int):
-    torch.manual_seed(n)
-    return torch.nn.Linear(n, n)
+    with torch.random.fork_rng(devices=[]):  # the caller's generator is left as it was: cacheable
+        torch.manual_seed(n)
+        return torch.nn.Linear(n, n)
 
 
 def make_whole(n: int):
@@ -103,7 +104,10 @@ report([float(w["a"].weight.sum()), overmind_mapped(w["b"].weight.data_ptr())])
 
 
 def combine(first, second, scale: float = 1.0):
-    return torch.nn.ModuleDict({"first": first, "second": second, "head": torch.nn.Linear(2, 2)})
+    with torch.random.fork_rng(devices=[]):  # the caller's generator is left as it was: cacheable
+        torch.manual_seed(2)
+        head = torch.nn.Linear(2, 2)
+    return torch.nn.ModuleDict({"first": first, "second": second, "head": head})
 
 
 def test_objects_from_earlier_loads_are_referenced_and_keyed_by_entry(overmind_runtime, monkeypatch):
@@ -167,3 +171,27 @@ def test_version_counters_are_the_plain_calls(overmind_runtime, monkeypatch):
     for result in (overmind.load(make_versioned_tensors), overmind.load(make_versioned_tensors)):
         for name in ("fresh", "edited", "view"):
             assert result[name]._version == expected[name]._version, name
+
+
+def make_inference_tensors():
+    """A loader that enters inference mode itself (as some checkpoint converters do)."""
+    with torch.inference_mode():
+        layer = torch.nn.Linear(3, 2, device="meta").to_empty(device="cpu")  # no draw from the global generator
+        layer.weight.copy_(torch.arange(6.0).view(2, 3))
+        layer.bias.zero_()
+        return {"layer": layer, "tensor": torch.arange(4.0), "cloned": torch.ones(2).clone()}
+
+
+def test_inference_tensors_of_a_loader_are_inference_tensors_on_a_miss_and_a_hit(overmind_runtime, monkeypatch):
+    """Outside inference mode the caller's key is the normal one; the loader's tensors are inference tensors all the
+    same, and a rebuild must not make them normal ones (``w.add_(1)`` outside inference mode must fail as plain)."""
+    monkeypatch.setenv("OVERMIND_STRICT", "1")
+    expected = make_inference_tensors()
+    for result in (overmind.load(make_inference_tensors), overmind.load(make_inference_tensors)):
+        pairs = [(result["tensor"], expected["tensor"]), (result["cloned"], expected["cloned"]),
+                 *zip(result["layer"].parameters(), expected["layer"].parameters())]
+        for got, want in pairs:
+            assert (type(got), got.is_inference(), got.requires_grad) == (type(want), True, want.requires_grad)
+            assert torch.equal(got, want) and overmind_mapped(got.data_ptr())
+        with pytest.raises(RuntimeError, match="[Ii]nference tensor"):
+            result["tensor"].add_(1)

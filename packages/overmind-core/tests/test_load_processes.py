@@ -19,12 +19,13 @@ import os, torch
 def build(path, scale=1.0):
     with open(os.environ["LOAD_LOG"], "a") as f:
         f.write("load\\n")
-    torch.manual_seed(0)
-    m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
-    m.register_buffer("table", torch.load(path))
-    with torch.no_grad():
-        m[0].weight.mul_(scale)
-    return m
+    with torch.random.fork_rng(devices=[]):  # the caller's generator is left as it was: cacheable
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+        m.register_buffer("table", torch.load(path))
+        with torch.no_grad():
+            m[0].weight.mul_(scale)
+        return m
 '''
 
 

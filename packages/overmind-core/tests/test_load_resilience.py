@@ -21,8 +21,9 @@ pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind._C and on 
 
 def build(n: int = 32) -> torch.nn.Module:
     record_call(n)
-    torch.manual_seed(n)
-    return torch.nn.Linear(n, n)
+    with torch.random.fork_rng(devices=[]):  # the caller's generator is left as it was: cacheable
+        torch.manual_seed(n)
+        return torch.nn.Linear(n, n)
 
 
 class Unpicklable:
@@ -36,9 +37,10 @@ def unpicklable():
 
 
 def _plain_equal(a: torch.nn.Module, n: int) -> bool:
-    torch.manual_seed(n)
-    b = torch.nn.Linear(n, n)
-    return torch.equal(a.weight, b.weight) and torch.equal(a.bias, b.bias)
+    with torch.random.fork_rng(devices=[]):  # the caller's generator is left as it was: cacheable
+        torch.manual_seed(n)
+        b = torch.nn.Linear(n, n)
+        return torch.equal(a.weight, b.weight) and torch.equal(a.bias, b.bias)
 
 
 def _quiet_load(fn, *args, **kwargs):
@@ -90,8 +92,11 @@ def dying_write(*args, **kwargs):
     fd = real(*args, **kwargs)          # the memfd is written and sealed, but never published
     os.kill(os.getpid(), signal.SIGKILL)
 writer.write_entry = dying_write
-def build():
-    return torch.nn.Linear(8, 8)
+def build():  # no draw from the global generator: a loader that draws is not cached
+    m = torch.nn.utils.skip_init(torch.nn.Linear, 8, 8)
+    torch.nn.init.zeros_(m.weight)
+    torch.nn.init.zeros_(m.bias)
+    return m
 overmind.load(build)
 '''
     out = run_fresh(victim, check=False)
@@ -99,8 +104,11 @@ overmind.load(build)
     survivor = '''
 import torch, overmind
 from overmind.testing import report
-def build():
-    return torch.nn.Linear(8, 8)
+def build():  # no draw from the global generator: a loader that draws is not cached
+    m = torch.nn.utils.skip_init(torch.nn.Linear, 8, 8)
+    torch.nn.init.zeros_(m.weight)
+    torch.nn.init.zeros_(m.bias)
+    return m
 m = overmind.load(build)
 c = overmind.client.get_client()
 report({"entries": len(c.ls()), "shape": list(m.weight.shape)})

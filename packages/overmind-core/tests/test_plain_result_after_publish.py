@@ -47,10 +47,11 @@ def passing_through(inner: dict) -> dict:
 
 
 def a_module(seed: int) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    out = torch.nn.Linear(4, 3)
-    torch._overmind_test_kept = out
-    return out
+    with torch.random.fork_rng(devices=[]):  # the caller's generator is left as it was: cacheable
+        torch.manual_seed(seed)
+        out = torch.nn.Linear(4, 3)
+        torch._overmind_test_kept = out
+        return out
 
 
 def _cold(fn, seed):

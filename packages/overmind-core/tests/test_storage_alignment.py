@@ -42,7 +42,7 @@ def model(skews: tuple[int, ...], dtype_name: str, seed: int) -> torch.nn.Module
     """Linear layers whose weights are the skewed tensors (as a lazy mmap load leaves them)."""
     layers = torch.nn.ModuleList()
     for t in skewed_tensors(skews, dtype_name, seed):
-        layer = torch.nn.Linear(96, 96, bias=False, dtype=t.dtype)
+        layer = torch.nn.Linear(96, 96, bias=False, dtype=t.dtype, device="meta")  # no draw: it would not be cached
         layer.weight = torch.nn.Parameter(t, requires_grad=False)
         layers.append(layer)
     return layers

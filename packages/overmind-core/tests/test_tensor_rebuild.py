@@ -111,7 +111,7 @@ def rebuild_args(draw, storage):
     form = draw(st.sampled_from(["versioned", "versioned", "versioned", "eight", "nine"]))
     grad = (torch.zeros(size, dtype=dtype) if floating and draw(st.integers(0, 4)) == 0 else None)
     if form == "versioned":
-        args += [grad, draw(st.sampled_from([None, 0, 1, 7, 2**40, -1, True, 1.0]))]
+        args += [grad, draw(st.sampled_from([None, 0, 1, 7, 2**40, -1, True, 1.0, tensors.INFERENCE]))]
     elif form == "nine":
         args.append(grad)
     odd = draw(st.sampled_from(["", "", "", "", "list_size", "big_offset", "bool_offset", "int_flag",
@@ -187,3 +187,27 @@ def test_an_extension_built_before_the_compiled_rebuild_leaves_the_python_one():
 
     older = SimpleNamespace(storage_from_buffer=lambda buf: None, script_module_from_storage=lambda *a: None)
     assert zerocopy._compiled(older).tensor_rebuild is tensors.rebuild_from_untyped
+
+
+def _made_in_inference_mode(kind: str) -> torch.Tensor:
+    with torch.inference_mode():
+        base = torch.arange(12.0).view(3, 4)
+        if kind == "tensor":
+            return base
+        if kind == "view":
+            return base.t()[1:]
+        return torch.nn.Parameter(base, requires_grad=kind == "parameter")
+
+
+@pytest.mark.parametrize("kind", ["tensor", "view", "parameter", "frozen-parameter"])
+@pytest.mark.parametrize("where", MODES[:3])
+def test_an_inference_tensor_is_rebuilt_as_one_wherever_the_rebuild_runs(impl, kind, where):
+    """A loader may enter inference mode itself: its tensors are inference tensors whatever mode the caller is in,
+    and so are their rebuilds (a normal tensor would accept the in-place and autograd uses the plain one refuses)."""
+    original = _made_in_inference_mode(kind)
+    rebuild, args = tensors.reduce_tensor(original)
+    assert rebuild is tensors.rebuild_from_untyped and args[-1] == tensors.INFERENCE
+    args = (original.untyped_storage(), *args[1:])
+    got, _ = call(resolved_rebuild(), args, where)
+    assert got == describe(original)
+    assert got[9] is True  # is_inference

@@ -32,6 +32,7 @@ from . import (
     loader_warnings,
     loadscope,
     provenance,
+    randomness,
 )
 from .errors import OvermindError, ServerError
 from .shm import arena
@@ -173,6 +174,7 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
     load_arena = arena.open_arena()
     try:
         try:
+            generators = randomness.snapshot()
             with loader_warnings.recording(call_frame) as warned:
                 result = fn(*args, **kwargs)
         finally:
@@ -185,6 +187,12 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
         if warned.unsure is not None:  # a hit could not warn as this call did: not cached (slow, never wrong)
             _release(client, ck.key)
             log.debug("overmind: not caching %s: %s", loader.name, warned.unsure)
+            return result
+        drew = randomness.moved(generators)
+        if drew:  # a hit would neither draw the same values nor move the generators: not cached (randomness.py)
+            _release(client, ck.key)
+            log.debug("overmind: not caching %s: it drew from the global random generators %s", loader.name,
+                      ", ".join(drew))
             return result
         try:
             rebuilt = publish(client, loader, ck, result, arguments, recheck, load_arena, warned.records)

@@ -24,7 +24,8 @@ from typing import Any, Callable
 from . import ambient
 from .canon import Unkeyable, Walk, canon
 
-KEY_VERSION = 3  # 3: torch's default dtype, default device and inference mode are part of every key
+KEY_VERSION = 4  # 3: torch's default dtype, default device and inference mode are part of every key; 4: no entry of a
+# loader that drew from the global random generators (an older server may hold some)
 __all__ = ["Unkeyable", "Loader", "CacheKey", "describe_loader", "bind_arguments", "make_key", "canon", "summarize"]
 
 

@@ -10,7 +10,9 @@ Neither reduce keeps ``.grad`` (torch's drops it), so a leaf's gradient rides al
 
 The cheaper reduce also keeps the tensor's version counter (``t._version``, what autograd compares to catch an
 in-place change): rebuilding over a storage bumps it (``set_``), where the loader's own tensor may read 0 (a
-safetensors load) or anything else, so the recorded value is set again. An inference tensor has none.
+safetensors load) or anything else, so the recorded value is set again. An inference tensor has none: it records
+:data:`INFERENCE` instead, and is rebuilt under ``torch.inference_mode()``, an inference tensor again even where
+the hit runs outside inference mode (a loader that enters it itself; the key holds the caller's mode).
 
 The storage travels as an :class:`UntypedStorageArg` (the pickler's persistent id for it carries no dtype), so a
 rebuild gets the ``UntypedStorage`` itself, not a ``TypedStorage`` wrapper made only to be unwrapped again;
@@ -29,6 +31,8 @@ _empty = torch.empty
 _make_subclass = torch.Tensor._make_subclass
 _Parameter = torch.nn.Parameter
 _set_versions = torch._C._autograd._unsafe_set_version_counter  # ((tensor, ...), (version, ...))
+_inference_mode = torch.inference_mode
+INFERENCE = "inference"  # the recorded version of an inference tensor (which has no version counter)
 
 
 class UntypedStorageArg:
@@ -48,7 +52,7 @@ def reduce_tensor(t: torch.Tensor) -> Any:
             or (t.grad_fn is not None)):
         return NotImplemented if grad is None else _reduce_keeping_grad(t, grad)
     state = dict(t.__dict__) if t.__dict__ else None
-    version = None if t.is_inference() else t._version
+    version = INFERENCE if t.is_inference() else t._version
     args = (UntypedStorageArg(t.untyped_storage()), t.dtype, t.storage_offset(), tuple(t.size()), t.stride(),
             t.requires_grad, cls is torch.nn.Parameter, state, grad, version)
     return (rebuild_from_untyped, args)
@@ -56,9 +60,12 @@ def reduce_tensor(t: torch.Tensor) -> Any:
 
 def rebuild_from_untyped(untyped: torch.UntypedStorage, dtype: torch.dtype, offset: int, size: tuple, stride: tuple,
                          requires_grad: bool, is_parameter: bool, state: dict | None,
-                         grad: torch.Tensor | None = None, version: int | None = None) -> torch.Tensor:
+                         grad: torch.Tensor | None = None, version: int | str | None = None) -> torch.Tensor:
     """Inverse of :func:`reduce_tensor` (named in entries: keep its module path and signature; entries written
     before ``version`` was recorded leave the counter as the rebuild leaves it)."""
+    if version == INFERENCE:
+        with _inference_mode():
+            return rebuild_from_untyped(untyped, dtype, offset, size, stride, requires_grad, is_parameter, state, grad)
     device = untyped.device
     t = (_empty(0, dtype=dtype) if device.type == "cpu" else _empty(0, dtype=dtype, device=device)).set_(
         untyped, offset, size, stride)
@@ -72,7 +79,7 @@ def rebuild_from_untyped(untyped: torch.UntypedStorage, dtype: torch.dtype, offs
     if grad is not None:
         t.grad = grad
     if version is not None and not t.is_inference():
-        _set_versions((t,), (version,))
+        _set_versions((t,), (version,))  # type: ignore[arg-type]  # another str raises, as torch does
     return t
 
 

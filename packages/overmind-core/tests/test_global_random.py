@@ -1,0 +1,119 @@
+"""A loader that draws from the global random generators is never served from the cache (``randomness.py``).
+
+The plain call's values depend on where it found the generators, and it leaves them further on; a hit would
+give the first call's values and leave them where they were. Hypothesis generates loaders (draws from torch,
+``random`` and NumPy, seeding, a private ``torch.Generator``, nothing) and generator states; each is called
+plain, then twice through ``overmind.load`` from the same state, against a real server. Every call must give
+the plain values and leave every generator as the plain call left it; a loader that draws nothing global must
+still be served from the cache the second time (so the property cannot hold by caching nothing).
+"""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import overmind
+from overmind import client as client_mod
+from overmind import randomness
+
+GLOBAL_OPS = ("torch", "torch-discarded", "random", "numpy", "seed-torch", "seed-random", "seed-then-draw")
+LOCAL_OPS = ("private-generator", "nothing")
+
+
+def load_with_draws(ops: tuple, n: int):
+    out = torch.arange(float(n))
+    for op in ops:
+        if op == "torch":
+            out = out + torch.rand(n)
+        elif op == "torch-discarded":  # the result does not depend on the draw; the generator still moves
+            torch.rand(1)
+        elif op == "random":
+            out = out + random.random()
+        elif op == "numpy":
+            out = out + float(np.random.rand())
+        elif op == "seed-torch":
+            torch.manual_seed(11)
+        elif op == "seed-random":
+            random.seed(11)
+        elif op == "seed-then-draw":  # the same values every time, but the generator ends elsewhere than it began
+            torch.manual_seed(5)
+            out = out + torch.rand(n)
+        elif op == "private-generator":  # not a global generator: the same values every call, nothing moves
+            out = out + torch.rand(n, generator=torch.Generator().manual_seed(3))
+    return out
+
+
+def _seed_all(seed: int) -> None:
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+
+
+def _states() -> tuple:
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    return (bytes(torch.get_rng_state().numpy()), random.getstate(), (name, keys.tobytes(), pos, has_gauss, gauss))
+
+
+def _hits() -> int:
+    return sum(e["hits"] for e in client_mod.get_client().ls())
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(ops=st.lists(st.sampled_from(GLOBAL_OPS + LOCAL_OPS), max_size=3).map(tuple),
+       n=st.integers(1, 6), seed=st.integers(0, 2**40))
+def test_a_loader_that_draws_is_never_served_and_leaves_the_generators_as_plain(overmind_runtime, ops, n, seed):
+    _seed_all(seed)
+    plain = load_with_draws(ops, n)
+    plain_after = _states()
+    for attempt in ("first", "second"):
+        _seed_all(seed)
+        hits = _hits()
+        got = overmind.load(load_with_draws, ops, n)
+        assert torch.equal(got, plain), (ops, attempt)
+        assert _states() == plain_after, (ops, attempt, "the generators are not where the plain call left them")
+        if attempt == "second":
+            draws = any(op in GLOBAL_OPS for op in ops)
+            assert _hits() == hits + (0 if draws else 1), (ops, "a hit" if draws else "no hit")
+
+
+def test_moved_names_each_generator_and_ignores_a_private_one():
+    before = randomness.snapshot()
+    torch.Generator().manual_seed(1).seed()
+    assert randomness.moved(before) == []
+    for draw, name in ((lambda: torch.rand(1), "torch"), (lambda: random.random(), "random"),
+                       (lambda: np.random.rand(), "numpy.random")):
+        before = randomness.snapshot()
+        draw()
+        assert randomness.moved(before) == [name]
+
+
+def test_torch_imported_by_the_loader_is_compared_with_its_starting_state():
+    from overmind.testing import run_fresh
+
+    script = """
+import sys
+from overmind import randomness
+from overmind.testing import report
+before = randomness.snapshot()
+assert "torch" not in before
+import torch
+quiet = randomness.moved(before)
+torch.rand(1)
+report({"quiet": quiet, "drew": randomness.moved(before)})
+"""
+    assert run_fresh(script) == {"quiet": [], "drew": ["torch"]}
+
+
+@pytest.mark.parametrize("op", ["torch", "seed-torch"])
+def test_a_drawing_loader_says_why_it_is_not_cached(overmind_runtime, caplog, op):
+    import logging
+
+    with caplog.at_level(logging.DEBUG, logger="overmind"):
+        overmind.load(load_with_draws, (op,), 2)
+    assert any("drew from the global random generators torch" in r.getMessage() for r in caplog.records)
