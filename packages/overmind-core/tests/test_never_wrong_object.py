@@ -322,3 +322,31 @@ def test_the_default_dtype_device_and_inference_mode_key_the_call(overmind_runti
     from overmind import ambient
 
     assert ambient.key_part() == ambient.DEFAULTS  # the state a process that imported torch starts in
+
+
+def make_float64_for_good():
+    """A loader that changes torch's default dtype and leaves it changed."""
+    torch.set_default_dtype(torch.float64)
+    return torch.zeros(2)
+
+
+def test_a_loader_that_changes_the_default_dtype_is_not_served_where_it_would_change_it(overmind_runtime,
+                                                                                         monkeypatch):
+    """A hit cannot change the caller's state as the plain call does: the key, computed again after the loader,
+    includes the default dtype, so the first call (float32 before, float64 after) is not published; once the
+    state is float64 the loader changes nothing, and that call is cached and served as plain."""
+    _strict(monkeypatch)
+    try:
+        for _ in range(3):
+            torch.set_default_dtype(torch.float32)
+            plain = make_float64_for_good()
+            plain_after = torch.get_default_dtype()
+            torch.set_default_dtype(torch.float32)
+            got = overmind.load(make_float64_for_good)
+            assert (got.dtype, torch.get_default_dtype()) == (plain.dtype, plain_after) == (torch.float64,) * 2
+        assert _entries("make_float64_for_good") == []
+        for _ in range(2):  # already float64: nothing changes, so the call is cached (one entry, then a hit)
+            assert overmind.load(make_float64_for_good).dtype == torch.float64
+        assert [e["hits"] for e in _entries("make_float64_for_good")] == [1]
+    finally:
+        torch.set_default_dtype(torch.float32)
