@@ -29,6 +29,7 @@ from . import (
     hooks,
     interrupts,
     key,
+    loader_logs,
     loader_warnings,
     loadscope,
     provenance,
@@ -124,7 +125,10 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         assert res.entry is not None  # a hit carries its entry
         try:
             obj = entry.decode(res.entry, res.fds, arguments)
-            warned = loader_warnings.Replay((res.entry.get("meta") or {}).get("warnings"), call_frame)
+            meta = res.entry.get("meta") or {}
+            warned = loader_warnings.Replay(meta.get("warnings"), call_frame)
+            logged = loader_logs.Replay(meta.get("logs"))
+            other_logging = logged.differs()  # after the rebuild: the libraries it imports have set their loggers
             log.info("overmind: hit %s (entry %s, %d bytes) in %.3f s", loader.name, ck.key[:12],
                      res.entry.get("nbytes", 0), time.perf_counter() - t0)
         except arguments_ref.ArgumentMismatch as e:
@@ -144,8 +148,13 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
                                 f"server no longer serves that entry (the next load publishes it again). If "
                                 f"this repeats, run 'overmind doctor' and report it.", e)
             return fn(*args, **kwargs)
-        # The loader's warnings, as the plain call gives them; outside the fallback: an "error" filter raises here
-        warned.issue()
+        if other_logging is not None:  # the loader would not have logged what the entry holds: plain call
+            del obj
+            log.debug("overmind: not serving entry %s of %s: %s", ck.key[:12], loader.name, other_logging)
+            return fn(*args, **kwargs)
+        # The loader's warnings and log records, as the plain call gives them; outside the fallback: an "error"
+        # filter raises here
+        warned.issue(between=logged.emit)
         return obj
     if res.status != "claimed":
         fallback.step_aside(f"overmind: another process is still loading {loader.name} (entry {ck.key[:12]}) after "
@@ -175,7 +184,8 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
     try:
         try:
             generators = randomness.snapshot()
-            with loader_warnings.recording(call_frame) as warned:
+            with loader_warnings.recording(call_frame) as warned, \
+                    loader_logs.recording(lambda: len(warned.records)) as logged:
                 result = fn(*args, **kwargs)
         finally:
             stack.pop()
@@ -184,9 +194,10 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
         run.finished()
         t1 = time.perf_counter()
         log.info("overmind: miss %s (entry %s): the loader ran in %.3f s", loader.name, ck.key[:12], t1 - t0)
-        if warned.unsure is not None:  # a hit could not warn as this call did: not cached (slow, never wrong)
+        unsure = warned.unsure or logged.unsure
+        if unsure is not None:  # a hit could not warn or log as this call did: not cached (slow, never wrong)
             _release(client, ck.key)
-            log.debug("overmind: not caching %s: %s", loader.name, warned.unsure)
+            log.debug("overmind: not caching %s: %s", loader.name, unsure)
             return result
         drew = randomness.moved(generators)
         if drew:  # a hit would neither draw the same values nor move the generators: not cached (randomness.py)
@@ -195,7 +206,8 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
                       ", ".join(drew))
             return result
         try:
-            rebuilt = publish(client, loader, ck, result, arguments, recheck, load_arena, warned.records)
+            rebuilt = publish(client, loader, ck, result, arguments, recheck, load_arena, warned.records,
+                              logged.for_entry())
             log.info("overmind: published %s (entry %s) in %.3f s", loader.name, ck.key[:12],
                      time.perf_counter() - t1)
         except KeyChanged as e:
@@ -230,7 +242,7 @@ class KeyChanged(OvermindError):
 
 def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments: dict | None = None,
             recheck: _Recheck | None = None, load_arena: arena.Arena | None = None,
-            warned: list | None = None) -> Any:
+            warned: list | None = None, logged: dict | None = None) -> Any:
     """Write ``result`` as an entry, publish it under ``ck`` and return it rebuilt from there, or ``result`` itself
     where a rebuild would gain nothing (:func:`_plain_result_will_do`).
 
@@ -238,7 +250,8 @@ def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments
     ``recheck`` runs once the result is pickled (so an adapter's refusal, which says why, comes first) and
     before anything is written: a key that changed raises :class:`KeyChanged`. ``load_arena``: the loader's
     closed arena, whose memfd becomes the entry (``shm/arena.py``). ``warned``: the loader's warnings, which a hit
-    issues again (``loader_warnings.Recording.records``).
+    issues again (``loader_warnings.Recording.records``); ``logged``: its log records and the logging answers it
+    got (``loader_logs.Recording.for_entry``).
     """
     def before_write() -> None:
         if recheck is not None and not recheck.unchanged(ck):
@@ -246,14 +259,14 @@ def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments
 
     try:
         encoded = entry.encode(result, loader, ck.summary, arguments, before_write=before_write, arena=load_arena)
-        res = _publish(client, ck, encoded, warned)
+        res = _publish(client, ck, encoded, warned, logged)
     except (ServerError, entry.FileChanged) as e:
         if e.reason not in _COPY_INSTEAD:
             raise
         # An entry this one references was evicted meanwhile, or a checkpoint file it references changed: write
         # the bytes themselves instead.
         encoded = entry.encode(result, loader, ck.summary, arguments, reference_mapped=False)
-        res = _publish(client, ck, encoded, warned)
+        res = _publish(client, ck, encoded, warned, logged)
     if _plain_result_will_do(result, encoded):
         for fd in res.fds.values():
             os.close(fd)
@@ -279,9 +292,12 @@ def _plain_result_will_do(result: Any, encoded: entry.Encoded) -> bool:
 _COPY_INSTEAD = ("dep missing", "file changed")
 
 
-def _publish(client, ck: key.CacheKey, encoded: entry.Encoded, warned: list | None = None):
+def _publish(client, ck: key.CacheKey, encoded: entry.Encoded, warned: list | None = None,
+             logged: dict | None = None):
     if warned:
         encoded.meta["warnings"] = warned
+    if logged:
+        encoded.meta["logs"] = logged
     try:
         return client.publish_hit(ck.key, encoded.fd, deps=encoded.deps, meta=encoded.meta, files=encoded.files)
     finally:

@@ -32,7 +32,7 @@ import sys
 import threading
 import warnings
 from types import FrameType
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from . import interrupts
 from .userline import is_overmind
@@ -370,10 +370,16 @@ class Replay:
             where = _where_recorded(r["where"], plain)
             self.items.append((_import(r["category"])(*r["args"]), where, _site(where)))
 
-    def issue(self) -> None:
+    def issue(self, between: Callable[[int | None], None] | None = None) -> None:
+        """Issue the warnings; ``between(k)`` runs before the ``k``-th and ``between(None)`` after the last (the
+        loader's log records go there, in the plain call's order: ``loader_logs.Replay.emit``)."""
         if self.items:
             _doubt_other_threads()
         recordings = getattr(_local, "recordings", None) or []
-        for message, where, site in self.items:
+        for k, (message, where, site) in enumerate(self.items):
+            if between is not None:
+                between(k)
             _note(recordings, message, where)  # an outer miss records what this nested hit issues
             _issue(message, site)
+        if between is not None:
+            between(None)
