@@ -15,8 +15,9 @@ verbosity, ``logging.disable``) is not served: the plain loader runs instead (a 
 
 When in doubt, the result is not cached (:attr:`Recording.unsure`): another thread logged while the loader
 ran, a record carries an attribute of its own that is not a plain value, or its message could not be made.
-Not reproduced: progress bars (they are written to the terminal, not logged), and a record a library logs once
-per process (transformers' ``warning_once``), which a hit emits again where the plain call would not.
+Not reproduced: progress bars (they are written to the terminal, not logged), a record a library logs once per
+process (transformers' ``warning_once``), which a hit emits again where the plain call would not, and the records
+of a ``Logger`` subclass that overrides ``handle`` (the recording sits in ``Logger.handle``).
 """
 from __future__ import annotations
 
