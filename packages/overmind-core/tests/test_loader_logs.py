@@ -108,6 +108,29 @@ def test_a_hit_logs_what_the_plain_call_logs(overmind_runtime, quiet_lib, steps,
         assert _hits() == hits + 1, "the second call at the same level is served from the cache"
 
 
+def test_warnings_shown_through_logging_are_shown_once_by_a_hit(overmind_runtime, quiet_lib):
+    """With ``logging.captureWarnings(True)`` a warning becomes a ``py.warnings`` record: a hit replays the warning,
+    which makes that record again; the record itself is not kept as well."""
+    events: list = []
+    handler = Events(events)
+    captured = logging.getLogger("py.warnings")
+    captured.addHandler(handler)
+    logging.captureWarnings(True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            load_logging(("warn",), 5)
+            plain = list(events)
+            for _ in range(2):
+                del events[:]
+                overmind.load(load_logging, ("warn",), 5)
+                assert [e[:4] for e in events] == [e[:4] for e in plain]
+    finally:
+        logging.captureWarnings(False)
+        captured.removeHandler(handler)
+    assert len(plain) == 1 and "careful with part 0" in plain[0][3]
+
+
 def test_a_process_whose_logging_answers_otherwise_is_not_served(overmind_runtime, quiet_lib, caplog):
     overmind.load(load_logging, ("info",), 9)  # made at the default level (WARNING): the info record is not made
     with caplog.at_level(logging.DEBUG, logger="overmind"):

@@ -37,7 +37,7 @@ _active: list[Recording] = []  # every thread's recordings
 _saved: dict[str, Any] = {}  # while any recording runs: Logger's own handle, isEnabledFor and getEffectiveLevel
 _SCALARS = (str, int, float, bool, type(None))
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
-_NOT_RECORDED = ("overmind", "py.warnings")  # Overmind's own; warnings shown through logging (replayed as warnings)
+_WARNINGS_LOGGER = "py.warnings"  # warnings shown through logging (captureWarnings): a hit replays them as warnings
 
 
 class Recording:
@@ -86,7 +86,7 @@ def _recordings() -> list[Recording]:
 
 
 def _handle(self: logging.Logger, record: logging.LogRecord) -> Any:
-    if record.name.split(".")[0] not in _NOT_RECORDED:
+    if record.name != _WARNINGS_LOGGER and record.name.split(".")[0] != "overmind":  # Overmind's own: not the entry's
         recordings = _recordings()
         try:
             for rec in recordings:
