@@ -1,7 +1,7 @@
 """The process's global random generators: a loader that draws from them is not cached.
 
-A plain call that draws (a head the checkpoint lacks, initialised at random; a model built with
-``low_cpu_mem_usage=False``, initialised and then overwritten; a loader that seeds and samples) leaves the
+A plain call that draws (a head the checkpoint lacks, initialised at random; a user's ``Net()`` built at random and
+then overwritten by ``load_state_dict``; a loader that seeds and samples) leaves the
 generator further on than it found it, and may return values that depend on where it found it. A hit would do
 neither: it would return the first call's values and leave the generator where it is, so every later
 ``torch.randn`` of the user's would differ from the plain run's. Overmind therefore looks at the generators
