@@ -171,7 +171,7 @@ class Replay:
     def differs(self) -> str | None:
         """The first logging answer this process gives otherwise than the miss's loader got, or ``None``."""
         for name, question, answer in self.answers:
-            logger = logging.getLogger(name) if name != "root" else logging.getLogger()
+            logger = logging.getLogger(name)  # "root" is the root logger (Python >= 3.9)
             now = logger.getEffectiveLevel() if question == "effective" else logger.isEnabledFor(question)
             if now != answer:
                 return f"logger {name!r} answers {question!r} with {now!r} here, {answer!r} when the entry was made"
@@ -184,7 +184,7 @@ class Replay:
             if warnings_issued is not None and r["after"] > warnings_issued:
                 return
             self._next += 1
-            logger = logging.getLogger(r["logger"]) if r["logger"] != "root" else logging.getLogger()
+            logger = logging.getLogger(r["logger"])
             record = logger.makeRecord(r["name"], r["level"], r["pathname"], r["lineno"], r["msg"], (), None,
                                        func=r["func"], sinfo=r["stack"])
             record.exc_text = r["exc_text"]
