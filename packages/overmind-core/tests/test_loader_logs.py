@@ -160,4 +160,4 @@ def test_the_logger_methods_are_put_back_after_every_load(overmind_runtime):
     overmind.load(load_logging, ("warning",), 2)
     overmind.load(load_logging, ("warning",), 2)
     assert {name: vars(logging.Logger)[name] for name in before} == before
-    assert loader_logs._active == []
+    assert not loader_logs._RUNNING.any()

@@ -23,38 +23,29 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 
-from . import interrupts
+from . import interrupts, recordings
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Iterator
 
-_local = threading.local()
-_lock = threading.RLock()
-_active: list[Recording] = []  # every thread's recordings
 _saved: dict[str, Any] = {}  # while any recording runs: Logger's own handle, isEnabledFor and getEffectiveLevel
 _SCALARS = (str, int, float, bool, type(None))
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 _WARNINGS_LOGGER = "py.warnings"  # warnings shown through logging (captureWarnings): a hit replays them as warnings
 
 
-class Recording:
+class Recording(recordings.Recording):
     """The log records of one loader run and the logging answers it saw; :meth:`for_entry` goes into the entry,
     unless :attr:`unsure` says why not. ``warnings_so_far()``: how many warnings the loader has issued, which
     places each record among them."""
 
     def __init__(self, warnings_so_far: Callable[[], int]) -> None:
+        super().__init__()
         self.records: list[dict] = []
         self.answers: dict[tuple, Any] = {}
-        self.unsure: str | None = None
-        self.thread = threading.get_ident()
         self._warnings_so_far = warnings_so_far
-
-    def doubt(self, why: str) -> None:
-        if self.unsure is None:
-            self.unsure = why
 
     def for_entry(self) -> dict | None:
         if not self.records and not self.answers:
@@ -81,46 +72,33 @@ class Recording:
         })
 
 
-def _recordings() -> list[Recording]:
-    return getattr(_local, "recordings", None) or []
-
-
 def _handle(self: logging.Logger, record: logging.LogRecord) -> Any:
     if record.name != _WARNINGS_LOGGER and record.name.split(".")[0] != "overmind":  # Overmind's own: not the entry's
-        recordings = _recordings()
+        mine = _RUNNING.mine()
         try:
-            for rec in recordings:
+            for rec in mine:
                 rec.note(self, record)
-            if not recordings:
-                _doubt_other_threads()
+            if not mine:
+                _RUNNING.doubt_other_threads("another thread logged while the loader ran")
         except Exception as e:  # Overmind's own failure (or a message that cannot be made): not cached
             interrupts.raise_users(e)
-            for rec in recordings:
+            for rec in mine:
                 rec.doubt(f"recording a log record failed ({type(e).__name__}: {e})")
     return _saved["handle"](self, record)
 
 
 def _is_enabled_for(self: logging.Logger, level: int) -> bool:
     answer = _saved["isEnabledFor"](self, level)
-    for rec in _recordings():
+    for rec in _RUNNING.mine():
         rec.answered(self.name, level, answer)
     return answer
 
 
 def _get_effective_level(self: logging.Logger) -> int:
     answer = _saved["getEffectiveLevel"](self)
-    for rec in _recordings():
+    for rec in _RUNNING.mine():
         rec.answered(self.name, "effective", answer)
     return answer
-
-
-def _doubt_other_threads() -> None:
-    """A record in a thread that records nothing may be a loader's (a helper thread it started): that loader's
-    recording, which notes its own thread alone, would miss it."""
-    me = threading.get_ident()
-    for rec in list(_active):
-        if rec.thread != me:
-            rec.doubt("another thread logged while the loader ran")
 
 
 _PATCHED = {"handle": _handle, "isEnabledFor": _is_enabled_for, "getEffectiveLevel": _get_effective_level}
@@ -138,24 +116,14 @@ def _stop() -> None:
             setattr(logging.Logger, name, _saved[name])
 
 
+_RUNNING: recordings.Running[Recording] = recordings.Running(_start, _stop)
+
+
 @contextlib.contextmanager
 def recording(warnings_so_far: Callable[[], int]) -> Iterator[Recording]:
     """Record the log records handled in this thread inside the block, and the logging answers it gets."""
-    rec = Recording(warnings_so_far)
-    with _lock:
-        if not _active:
-            _start()
-        _active.append(rec)
-    stack = _local.__dict__.setdefault("recordings", [])
-    stack.append(rec)
-    try:
+    with _RUNNING.running(Recording(warnings_so_far)) as rec:
         yield rec
-    finally:
-        stack.pop()
-        with _lock:
-            _active.remove(rec)
-            if not _active:
-                _stop()
 
 
 class Replay:

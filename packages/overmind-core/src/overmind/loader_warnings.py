@@ -34,12 +34,10 @@ import warnings
 from types import FrameType
 from typing import Any, Callable, Iterator
 
-from . import interrupts
+from . import interrupts, recordings
 from .userline import is_overmind
 
-_local = threading.local()
-_lock = threading.RLock()
-_active: list[Recording] = []  # every thread's recordings
+_local = threading.local()  # this thread's filter state: issuing a warning itself, the front filter matched
 _saved: dict[str, Any] = {}  # while any recording runs: the original _showwarnmsg, the set-aside registries
 _SCALARS = (str, int, float, bool, type(None))
 _ORIGINAL_SHOW = warnings._showwarnmsg  # type: ignore[attr-defined]
@@ -48,7 +46,7 @@ _orphans: dict[str, dict] = {}  # stand-in module dicts of modules a replay name
 
 class _PerThread(type):
     def __subclasscheck__(cls, sub: type) -> bool:
-        if getattr(_local, "recordings", None) and not getattr(_local, "issuing", False):
+        if _RUNNING.mine() and not getattr(_local, "issuing", False):
             _local.matched = True
             return True
         return False
@@ -78,21 +76,16 @@ def _plain_chain(frame: FrameType | None) -> list[FrameType]:
     return [f for f in _chain(frame) if not is_overmind(f)]
 
 
-class Recording:
+class Recording(recordings.Recording):
     """The warnings of one loader run; :attr:`records` goes into the entry, unless :attr:`unsure` says why not."""
 
     def __init__(self, call_frame: FrameType | None) -> None:
+        super().__init__()
         self._frames = _plain_chain(call_frame)  # holds the frames whose ids ``outer`` keys on
         self.outer = {id(f): k for k, f in enumerate(self._frames)}
         self.records: list[dict] = []
-        self.unsure: str | None = None
-        self.thread = threading.get_ident()
         self.filters: list = []
         self.shown_by: tuple = ()
-
-    def doubt(self, why: str) -> None:
-        if self.unsure is None:
-            self.unsure = why
 
     def begin(self) -> None:
         """Note how warnings are filtered and shown as the loader starts (Overmind's filter in place)."""
@@ -230,16 +223,16 @@ def _issue(message: Warning, site: tuple, source: Any = None) -> None:
 
 def _showwarnmsg(msg: Any) -> None:
     """``warnings._showwarnmsg`` while a recording runs."""
-    recordings = getattr(_local, "recordings", None)
+    mine = _RUNNING.mine()
     original = _saved.get("showwarnmsg", _ORIGINAL_SHOW)
     if getattr(_local, "issuing", False):
         return original(msg)
-    _doubt_other_threads()
-    if not recordings:  # a thread that is not recording: its filters showed the warning
+    _RUNNING.doubt_other_threads("another thread warned while the loader ran")
+    if not mine:  # a thread that is not recording: its filters showed the warning
         return original(msg)
     matched, _local.matched = getattr(_local, "matched", False), False
     if not matched or not isinstance(msg.message, Warning):  # a filter in front of Overmind's showed it
-        for rec in recordings:
+        for rec in mine:
             rec.doubt("the loader changed the warning filters while it ran")
         return original(msg)
     module = msg.filename[:-3] if msg.filename.endswith(".py") else msg.filename
@@ -249,45 +242,36 @@ def _showwarnmsg(msg: Any) -> None:
         if _is_overmind_category(msg.message):
             pass  # Overmind's own (a nested load stepping aside): about this process, not the entry
         elif where is None:
-            for rec in recordings:
+            for rec in mine:
                 rec.doubt("the loader issued a warning at a place of its own (warnings.warn_explicit)")
         else:
-            _note(recordings, msg.message, where)
+            _note(mine, msg.message, where)
         if where is not None:
             site = _site(where)
     except Exception as e:  # Overmind's own failure: the warning is still shown, the result not cached
         interrupts.raise_users(e)
-        for rec in recordings:
+        for rec in mine:
             rec.doubt(f"recording a warning failed ({type(e).__name__}: {e})")
     _issue(msg.message, site, msg.source)
-
-
-def _doubt_other_threads() -> None:
-    """A warning in this thread may be another thread's loader's (a helper thread it started, a component it
-    loads in a pool): that loader's recording, which notes only its own thread, would miss it."""
-    me = threading.get_ident()
-    for rec in list(_active):
-        if rec.thread != me:
-            rec.doubt("another thread warned while the loader ran")
 
 
 def _is_overmind_category(message: Warning) -> bool:
     return type(message).__module__.split(".")[0] == "overmind"
 
 
-def _note(recordings: list[Recording], message: Warning, where: tuple) -> None:
+def _note(mine: list[Recording], message: Warning, where: tuple) -> None:
     if _is_overmind_category(message):
         return  # Overmind's own (a nested load stepping aside) is about this process, not the entry
     try:
         filename, lineno, module, _registry_, _globals = _site(where, peek=True)
-        for rec in recordings:
+        for rec in mine:
             if rec.changed_for(message, module, lineno):
                 rec.doubt("the loader changed how this warning is filtered or shown while it ran")
             else:
                 rec.note(message, where)
     except Exception as e:  # Overmind's own failure: not cached
         interrupts.raise_users(e)
-        for rec in recordings:
+        for rec in mine:
             rec.doubt(f"recording a warning failed ({type(e).__name__}: {e})")
 
 
@@ -331,31 +315,25 @@ def _stop() -> None:
     _put_back_registries(_saved.pop("registries", {}))
 
 
+_RUNNING: recordings.Running[Recording] = recordings.Running(_start, _stop)
+
+
 @contextlib.contextmanager
 def recording(call_frame: FrameType | None) -> Iterator[Recording]:
     """Record the warnings issued in this thread inside the block; ``call_frame``: the frame of the cached call,
     whose callers (Overmind's left out) a warning's location is counted from."""
     rec = Recording(call_frame)
-    with _lock:
-        if not _active:
-            _start()
+
+    def started() -> None:
         # At the front (the filters need no _filters_mutated(): they are read at every warning, and a new
         # version would empty the registries set aside)
         with contextlib.suppress(ValueError):
             _filters().remove(_FILTER)
         _filters().insert(0, _FILTER)
         rec.begin()
-        _active.append(rec)
-    stack = _local.__dict__.setdefault("recordings", [])
-    stack.append(rec)
-    try:
+
+    with _RUNNING.running(rec, started):
         yield rec
-    finally:
-        stack.pop()
-        with _lock:
-            _active.remove(rec)
-            if not _active:
-                _stop()
 
 
 class Replay:
@@ -374,12 +352,12 @@ class Replay:
         """Issue the warnings; ``between(k)`` runs before the ``k``-th and ``between(None)`` after the last (the
         loader's log records go there, in the plain call's order: ``loader_logs.Replay.emit``)."""
         if self.items:
-            _doubt_other_threads()
-        recordings = getattr(_local, "recordings", None) or []
+            _RUNNING.doubt_other_threads("another thread warned while the loader ran")
+        mine = _RUNNING.mine()
         for k, (message, where, site) in enumerate(self.items):
             if between is not None:
                 between(k)
-            _note(recordings, message, where)  # an outer miss records what this nested hit issues
+            _note(mine, message, where)  # an outer miss records what this nested hit issues
             _issue(message, site)
         if between is not None:
             between(None)
