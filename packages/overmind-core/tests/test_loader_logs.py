@@ -5,9 +5,14 @@ Hypothesis generates loaders (records at several levels, one with an exception, 
 branch on ``isEnabledFor``/``getEffectiveLevel``, warnings between them) and the logger's level when the entry is
 made and when it is used. Each call through ``overmind.load`` must show exactly what the plain call shows under
 the same level; when the two levels agree a non-empty loader's second call must be a hit.
+
+Once-only methods (transformers' ``warning_once``, a ``functools.lru_cache`` on ``Logger``): hypothesis generates
+programs of loads and of the user's own once-only calls, run plainly and through ``overmind.load``, each from an
+empty cache of the method: the same records must show, wherever the entries were made.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import warnings
@@ -161,3 +166,124 @@ def test_the_logger_methods_are_put_back_after_every_load(overmind_runtime):
     overmind.load(load_logging, ("warning",), 2)
     assert {name: vars(logging.Logger)[name] for name in before} == before
     assert not loader_logs._RUNNING.any()
+
+
+@functools.lru_cache(None)
+def _warning_once(self, *args, **kwargs):
+    self.warning(*args, **kwargs)
+
+
+@functools.lru_cache(None)
+def _info_once(self, *args, **kwargs):
+    self.info(*args, **kwargs)
+
+
+@pytest.fixture
+def once_methods():
+    """``Logger.test_warning_once``/``test_info_once``, made as transformers makes its ``warning_once``."""
+    logging.Logger.test_warning_once = _warning_once
+    logging.Logger.test_info_once = _info_once
+    yield
+    del logging.Logger.test_warning_once, logging.Logger.test_info_once
+
+
+ONCE_STEPS = ["once-a", "once-b", "once-args", "info-once", "once-kwarg", "warning", "warn"]
+
+
+def load_once(steps: tuple, n: int):
+    for k, step in enumerate(steps):
+        if step == "once-a":
+            LIB.test_warning_once("`torch_dtype` is deprecated! Use `dtype` instead!")
+        elif step == "once-b":
+            LIB.test_warning_once("a notice of its own")
+        elif step == "once-args":
+            LIB.test_warning_once("part %s of %d", "x", n)
+        elif step == "info-once":  # disabled at WARNING: the call is still remembered
+            LIB.test_info_once("an info once")
+        elif step == "once-kwarg":  # a keyword a hit could not pass as it was: not cached; the record names this
+            LIB.test_warning_once("with a keyword", stacklevel=2)  # line in the miss as in plain
+        elif step == "warning":
+            LIB.warning("loaded part %d", k)
+        elif step == "warn":
+            warnings.warn(f"careful with part {k}", UserWarning, stacklevel=1)
+    return torch.full((n,), float(len(steps)))
+
+
+def _run_program(program: list, through_overmind: bool) -> list:
+    """Run the actions, from empty caches of the once-only methods; a load's hit count, or None plainly."""
+    _warning_once.cache_clear()
+    _info_once.cache_clear()
+    served = []
+    for action, arg in program:
+        if action == "user":
+            LIB.test_warning_once("`torch_dtype` is deprecated! Use `dtype` instead!" if arg == 0 else "a notice of its own")
+        elif through_overmind:
+            hits = _hits()
+            overmind.load(load_once, arg, 2)
+            served.append(_hits() - hits)
+        else:
+            load_once(arg, 2)
+    return served
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(program=st.lists(st.one_of(
+    st.tuples(st.just("user"), st.integers(0, 1)),
+    st.tuples(st.just("load"), st.lists(st.sampled_from(ONCE_STEPS), min_size=1, max_size=3).map(tuple))),
+    min_size=1, max_size=5))
+def test_once_only_records_show_as_plain_shows_them(overmind_runtime, quiet_lib, once_methods, program):
+    plain = shown(lambda: (_run_program(program, False), torch.zeros(1))[1], logging.WARNING)
+    served: list = []
+    got = shown(lambda: (served.extend(_run_program(program, True)), torch.zeros(1))[1], logging.WARNING)
+    assert got == plain, program
+    loads = [arg for action, arg in program if action == "load"]
+    for k, steps in enumerate(loads):
+        if steps in loads[:k] and "once-kwarg" not in steps:
+            assert served[k] == 1, f"the repeated load {steps} is served from the cache"
+
+
+def test_a_once_only_call_the_recording_did_not_see_leaves_the_load_uncached(overmind_runtime, quiet_lib,
+                                                                            once_methods):
+    """A once-only method called from another thread during the load: its record is not the loader's to keep."""
+    def loader_with_helper(n: int):
+        t = threading.Thread(target=LIB.test_warning_once, args=("from a helper thread",))
+        t.start()
+        t.join()
+        return torch.ones(n)
+
+    for _ in range(2):
+        _warning_once.cache_clear()
+        hits = _hits()
+        events, _ = shown(lambda: overmind.load(loader_with_helper, 4), logging.WARNING)
+        assert _hits() == hits
+        assert [e[3] for e in events] == ["from a helper thread"]
+
+
+def test_the_once_only_methods_are_put_back_and_keep_their_place(overmind_runtime, quiet_lib, once_methods):
+    """While a load records, ``findCaller`` skips the stand-in's frame: the record names the method's own line."""
+    overmind.load(load_once, ("once-b",), 3)
+    assert vars(logging.Logger)["test_warning_once"] is _warning_once
+    _warning_once.cache_clear()
+    plain, _ = shown(lambda: load_once(("once-b", "once-a"), 3), logging.WARNING)
+    _warning_once.cache_clear()
+    miss, _ = shown(lambda: overmind.load(load_once, ("once-b", "once-a"), 3), logging.WARNING)
+    assert miss == plain and [e[6] for e in plain] == ["_warning_once", "_warning_once"]
+
+
+def test_a_once_only_call_not_made_through_logger_leaves_the_load_uncached(overmind_runtime, quiet_lib, once_methods):
+    """The cached function called as a function (or a method defined while the loader runs) bypasses the stand-in;
+    its cache counts a call the recording did not see. Kept as a plain record, a second hit would show it again."""
+    def loader_calling_it_directly(n: int):
+        _warning_once(LIB, "called directly")
+        return torch.ones(n)
+
+    _warning_once.cache_clear()
+    plain = [shown(lambda: loader_calling_it_directly(5), logging.WARNING)[0] for _ in range(2)]
+    _warning_once.cache_clear()
+    got = []
+    for _ in range(2):
+        hits = _hits()
+        got.append(shown(lambda: overmind.load(loader_calling_it_directly, 5), logging.WARNING)[0])
+        assert _hits() == hits
+    assert got == plain and [len(e) for e in plain] == [1, 0]

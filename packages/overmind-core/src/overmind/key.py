@@ -24,8 +24,9 @@ from typing import Any, Callable
 from . import ambient
 from .canon import Unkeyable, Walk, canon
 
-KEY_VERSION = 4  # 3: torch's default dtype, default device and inference mode are part of every key; 4: no entry of a
-# loader that drew from the global random generators (an older server may hold some)
+KEY_VERSION = 5  # 3: torch's default dtype, default device and inference mode are part of every key; 4: no entry of a
+# loader that drew from the global random generators (an older server may hold some); 5: a once-only log method's
+# call is kept as the call, not as its record (loader_logs.py)
 __all__ = ["Unkeyable", "Loader", "CacheKey", "describe_loader", "bind_arguments", "make_key", "canon", "summarize"]
 
 

@@ -13,16 +13,29 @@ What the loader saw of the logging configuration decides what it logged: a recor
 answer those two gave the loader; a hit in a process whose logging answers any of them differently (another
 verbosity, ``logging.disable``) is not served: the plain loader runs instead (a debug line says why).
 
+A record a library logs once per process (transformers' ``warning_once``/``info_once``: methods on ``Logger``
+cached with ``functools.lru_cache`` on the logger and the arguments) depends on what this process logged before:
+the plain call emits it the first time and stays silent after, whether the first time was in a load or not. So
+a miss records the *call* (method, logger, arguments), seen through a stand-in for each such method while the
+recording runs, and not the record it may make; a hit makes the same call, through the same cached method of
+the hit process, which emits the record or not as plain would (the record's place is the method's own line, in
+both). A call that passes keyword arguments (``stacklevel``, ``stack_info``, ``exc_info`` would name Overmind's
+frames in a hit) or arguments that are not plain values leaves the result uncached, and so does a call Overmind
+did not see (the method's cache counts more calls than the stand-in saw: another thread, a method defined while
+the loader ran). The stand-in's code is filed under ``logging``'s own source file, so ``findCaller`` skips its
+frame as one of ``logging``'s.
+
 When in doubt, the result is not cached (:attr:`Recording.unsure`): another thread logged while the loader
 ran, a record carries an attribute of its own that is not a plain value, or its message could not be made.
-Not reproduced: progress bars (they are written to the terminal, not logged), a record a library logs once per
-process (transformers' ``warning_once``), which a hit emits again where the plain call would not, and the records
-of a ``Logger`` subclass that overrides ``handle`` (the recording sits in ``Logger.handle``).
+Not reproduced: progress bars (they are written to the terminal, not logged) and the records of a ``Logger``
+subclass that overrides ``handle`` (the recording sits in ``Logger.handle``).
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
+import threading
 
 from . import interrupts, recordings
 
@@ -34,6 +47,7 @@ _saved: dict[str, Any] = {}  # while any recording runs: Logger's own handle, is
 _SCALARS = (str, int, float, bool, type(None))
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 _WARNINGS_LOGGER = "py.warnings"  # warnings shown through logging (captureWarnings): a hit replays them as warnings
+_in_once = threading.local()  # depth: this thread is inside a once-only method, whose records its call stands for
 
 
 class Recording(recordings.Recording):
@@ -46,6 +60,24 @@ class Recording(recordings.Recording):
         self.records: list[dict] = []
         self.answers: dict[tuple, Any] = {}
         self._warnings_so_far = warnings_so_far
+        self.once_calls = 0  # the once-only method calls this recording saw (noted, or doubted)
+        self._once_counted = _once_calls_counted()
+
+    def finish(self) -> None:
+        """The loader returned: every call the once-only methods answered meanwhile must be one this saw."""
+        if _once_calls_counted() - self._once_counted != self.once_calls:
+            self.doubt("a once-only log method (warning_once) answered a call the recording did not see")
+
+    def once(self, logger: logging.Logger, name: str, method: Any, args: tuple, kwargs: dict) -> None:
+        """Note a call of the once-only method ``name`` (``method``, the cached one), as a hit will make it."""
+        self.once_calls += 1
+        if self.unsure is not None:
+            return
+        if kwargs or any(type(a) not in _SCALARS for a in args):
+            self.doubt(f"the loader called {logger.name!r}.{name} with arguments a hit could not pass as they were")
+            return
+        self.records.append({"once": name, "impl": _impl(method), "logger": logger.name, "args": list(args),
+                             "after": self._warnings_so_far()})
 
     def for_entry(self) -> dict | None:
         if not self.records and not self.answers:
@@ -73,7 +105,8 @@ class Recording(recordings.Recording):
 
 
 def _handle(self: logging.Logger, record: logging.LogRecord) -> Any:
-    if record.name != _WARNINGS_LOGGER and record.name.split(".")[0] != "overmind":  # Overmind's own: not the entry's
+    if (record.name != _WARNINGS_LOGGER and record.name.split(".")[0] != "overmind"  # Overmind's own: not the entry's
+            and not getattr(_in_once, "depth", 0)):  # a once-only method's: its call is noted, a hit makes it again
         mine = _RUNNING.mine()
         try:
             for rec in mine:
@@ -101,6 +134,64 @@ def _get_effective_level(self: logging.Logger) -> int:
     return answer
 
 
+# --- once-only methods (transformers' warning_once) ----------------------------------------------------------
+
+
+def _once_methods() -> dict[str, Any]:
+    """``Logger``'s once-only methods as they are now, ``{name: the cached method}`` (a stand-in gives its own)."""
+    out = {}
+    for name, value in vars(logging.Logger).items():
+        value = getattr(value, "_overmind_stands_in_for", value)
+        if isinstance(value, functools._lru_cache_wrapper):
+            out[name] = value
+    return out
+
+
+def _once_calls_counted() -> int:
+    """How many calls the once-only methods have answered in this process, with a record or without."""
+    total = 0
+    for method in _once_methods().values():
+        info = method.cache_info()
+        total += info.hits + info.misses
+    return total
+
+
+def _impl(method: Any) -> str:
+    inner = getattr(method, "__wrapped__", method)
+    return f"{getattr(inner, '__module__', None)}:{getattr(inner, '__qualname__', None)}"
+
+
+def _once_called(logger: logging.Logger, name: str, method: Any, args: tuple, kwargs: dict) -> None:
+    mine = _RUNNING.mine()
+    try:
+        for rec in mine:
+            rec.once(logger, name, method, args, kwargs)
+        if not mine:
+            _RUNNING.doubt_other_threads("another thread called a once-only log method while the loader ran")
+    except Exception as e:  # Overmind's own failure: not cached
+        interrupts.raise_users(e)
+        for rec in mine:
+            rec.doubt(f"recording a once-only log call failed ({type(e).__name__}: {e})")
+
+
+def _stand_in(name: str, method: Any) -> Any:
+    """A stand-in for the once-only ``method``: notes the call, then calls it. Its code is filed under
+    ``logging``'s source file, so ``findCaller`` skips its frame as it skips ``logging``'s own."""
+
+    def stand_in(self: logging.Logger, *args: Any, **kwargs: Any) -> Any:
+        _once_called(self, name, method, args, kwargs)
+        _in_once.depth = getattr(_in_once, "depth", 0) + 1
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            _in_once.depth -= 1
+
+    stand_in.__code__ = stand_in.__code__.replace(co_filename=logging._srcfile or stand_in.__code__.co_filename)
+    functools.update_wrapper(stand_in, method)
+    stand_in._overmind_stands_in_for = method  # type: ignore[attr-defined]
+    return stand_in
+
+
 _PATCHED = {"handle": _handle, "isEnabledFor": _is_enabled_for, "getEffectiveLevel": _get_effective_level}
 
 
@@ -108,12 +199,19 @@ def _start() -> None:
     for name, replacement in _PATCHED.items():
         _saved[name] = vars(logging.Logger)[name]
         setattr(logging.Logger, name, replacement)
+    stand_ins = _saved["once"] = {}
+    for name, method in _once_methods().items():
+        stand_ins[name] = (method, _stand_in(name, method))
+        setattr(logging.Logger, name, stand_ins[name][1])
 
 
 def _stop() -> None:
     for name, replacement in _PATCHED.items():
         if vars(logging.Logger).get(name) is replacement:
             setattr(logging.Logger, name, _saved[name])
+    for name, (method, stand_in) in _saved.pop("once", {}).items():
+        if vars(logging.Logger).get(name) is stand_in:
+            setattr(logging.Logger, name, method)
 
 
 _RUNNING: recordings.Running[Recording] = recordings.Running(_start, _stop)
@@ -124,6 +222,7 @@ def recording(warnings_so_far: Callable[[], int]) -> Iterator[Recording]:
     """Record the log records handled in this thread inside the block, and the logging answers it gets."""
     with _RUNNING.running(Recording(warnings_so_far)) as rec:
         yield rec
+        rec.finish()
 
 
 class Replay:
@@ -137,7 +236,15 @@ class Replay:
         self._next = 0
 
     def differs(self) -> str | None:
-        """The first logging answer this process gives otherwise than the miss's loader got, or ``None``."""
+        """The first logging answer this process gives otherwise than the miss's loader got, or ``None``; or the
+        first once-only method the loader called that this process has otherwise."""
+        once = [r for r in self.records if "once" in r]
+        methods = _once_methods() if once else {}
+        for r in once:
+            here = methods.get(r["once"])
+            if here is None or _impl(here) != r["impl"]:
+                found = "missing" if here is None else _impl(here)
+                return f"logging.Logger.{r['once']} is {found} here, {r['impl']} when the entry was made"
         for name, question, answer in self.answers:
             logger = logging.getLogger(name)  # "root" is the root logger (Python >= 3.9)
             now = logger.getEffectiveLevel() if question == "effective" else logger.isEnabledFor(question)
@@ -153,6 +260,9 @@ class Replay:
                 return
             self._next += 1
             logger = logging.getLogger(r["logger"])
+            if "once" in r:  # the cached method emits the record, or not, as the plain call's would
+                getattr(logger, r["once"])(*r["args"])
+                continue
             record = logger.makeRecord(r["name"], r["level"], r["pathname"], r["lineno"], r["msg"], (), None,
                                        func=r["func"], sinfo=r["stack"])
             record.exc_text = r["exc_text"]
