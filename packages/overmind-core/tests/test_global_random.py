@@ -110,6 +110,41 @@ report({"quiet": quiet, "drew": randomness.moved(before)})
     assert run_fresh(script) == {"quiet": [], "drew": ["torch"]}
 
 
+@pytest.mark.parametrize("draws", [0, 1, 2, 311, 313])
+def test_numpy_imported_by_the_loader_is_compared_with_a_new_generator(draws):
+    """Nothing in this script imports NumPy before the snapshot: any draw but a whole block (312 doubles) moves
+    its generator from where a generator seeded from the OS stands."""
+    from overmind.testing import run_fresh
+
+    script = f"""
+from overmind import randomness
+from overmind.testing import report
+before = randomness.snapshot()
+assert "numpy.random" not in before, sorted(before)
+import numpy.random
+quiet = randomness.moved(before)
+for _ in range({draws}):
+    numpy.random.random_sample()
+report({{"quiet": quiet, "drew": randomness.moved(before)}})
+"""
+    assert run_fresh(script) == {"quiet": [], "drew": ["numpy.random"] if draws else []}
+
+
+@pytest.mark.parametrize("draws", [0, 1, 2, 623, 625])
+def test_random_first_seen_after_the_loader_is_compared_with_a_new_generator(draws):
+    """As if the loader imported ``random`` (seeded from the OS at import: ``random.seed()``) and drew."""
+    saved = random.getstate()
+    try:
+        before = randomness.snapshot()
+        del before["random"]
+        random.seed()
+        for _ in range(draws):
+            random.getrandbits(32)
+        assert ("random" in randomness.moved(before)) == bool(draws)
+    finally:
+        random.setstate(saved)
+
+
 @pytest.mark.parametrize("op", ["torch", "seed-torch"])
 def test_a_drawing_loader_says_why_it_is_not_cached(overmind_runtime, caplog, op):
     import logging

@@ -13,9 +13,10 @@ each initialised CUDA device's default generator (CUDA is never initialised here
 and NumPy's legacy global ``numpy.random`` state. torch seeds its generator at import with a seed it keeps
 (``torch.initial_seed()``), so a loader that imports torch itself and draws is caught too (the state is compared
 with a generator given that seed; one that only seeds it is not). ``random`` and NumPy seed theirs from the OS
-at import and keep no seed: a loader that is the first to import one of them and draws from it
-gets a different result in every process, and is not caught here (``random`` is imported by the standard
-library's own modules long before a loader runs; NumPy by torch's users' imports). An explicit
+at import and keep no seed; for a loader that is the first to import one of them, the generator's position in its
+Mersenne Twister block and its cached Gaussian are compared with a new generator's: any draw moves them, except
+a draw of exactly a multiple of the block (624 words) right after the import, which is not caught (``random`` is
+imported by the standard library's own modules long before a loader runs; NumPy by torch's import). An explicit
 ``torch.Generator`` argument is not a global one; the key refuses it (``Unkeyable``).
 """
 from __future__ import annotations
@@ -49,11 +50,25 @@ def snapshot() -> dict[str, Any]:
 
 def moved(before: dict[str, Any]) -> list[str]:
     """The names of the generators whose state differs from ``before`` (a :func:`snapshot`). torch imported
-    meanwhile is compared with the state it starts from; another library imported meanwhile is not compared."""
+    meanwhile is compared with the state it starts from; ``random`` and NumPy imported meanwhile with the position
+    a generator seeded from the OS has (:func:`_as_seeded`)."""
     after = snapshot()
     if "torch" in after and "torch" not in before:
         torch = sys.modules["torch"]
         start = torch.Generator()
         start.manual_seed(torch.initial_seed())
         before = dict(before, torch=bytes(start.get_state().numpy()))
-    return [name for name, state in before.items() if after.get(name, state) != state]
+    drew = [name for name, state in before.items() if after.get(name, state) != state]
+    return drew + [name for name, state in after.items() if name not in before and not _as_seeded(name, state)]
+
+
+def _as_seeded(name: str, state: Any) -> bool:
+    """Whether ``random``'s or NumPy's global generator, imported meanwhile, still stands where a generator seeded
+    from the OS stands (its keys are the OS's, unknown; its position and cached Gaussian are not)."""
+    if name == "random":
+        new = sys.modules["random"].Random().getstate()
+        return bool(state[1][-1] == new[1][-1] and state[2] == new[2])
+    if name == "numpy.random":
+        _, _, pos, has_gauss, gauss = sys.modules["numpy.random"].RandomState().get_state()
+        return bool(state[2:] == (pos, has_gauss, gauss))
+    return True  # a CUDA device initialised meanwhile: its generator is seeded as torch's
