@@ -287,3 +287,57 @@ def test_a_once_only_call_not_made_through_logger_leaves_the_load_uncached(overm
         got.append(shown(lambda: overmind.load(loader_calling_it_directly, 5), logging.WARNING)[0])
         assert _hits() == hits
     assert got == plain and [len(e) for e in plain] == [1, 0]
+
+
+SETUP_CHANGES = {
+    "level": lambda: LIB.setLevel(logging.ERROR),
+    "handler": lambda: LIB.addHandler(logging.NullHandler()),
+    "propagate": lambda: setattr(LIB, "propagate", not LIB.propagate),
+    "disable": lambda: logging.disable(logging.INFO),
+    "root-level": lambda: logging.root.setLevel(logging.CRITICAL),
+}
+
+
+def load_changing_setup(change: str, n: int):
+    if change == "restored":  # changed and put back: nothing a hit would miss
+        LIB.setLevel(logging.ERROR)
+        LIB.setLevel(logging.NOTSET)
+    elif change == "new-logger":  # made while the loader ran (an import would make it in a hit too)
+        logging.getLogger(f"overmind_tests_lib.made_by_the_loader_{n}")
+    else:
+        SETUP_CHANGES[change]()
+    return torch.ones(n)
+
+
+@pytest.mark.parametrize("change", [*SETUP_CHANGES, "restored", "new-logger"])
+def test_a_loader_that_changes_the_logging_set_up_is_not_cached(overmind_runtime, quiet_lib, change):
+    saved = (LIB.level, list(LIB.handlers), LIB.propagate, logging.root.level, logging.root.manager.disable)
+    try:
+        for _ in range(2):
+            hits = _hits()
+            overmind.load(load_changing_setup, change, 3)
+            LIB.setLevel(saved[0]), setattr(LIB, "handlers", list(saved[1])), setattr(LIB, "propagate", saved[2])
+            logging.root.setLevel(saved[3]), logging.disable(saved[4])
+        assert _hits() == hits + (1 if change in ("restored", "new-logger") else 0), change
+    finally:
+        LIB.setLevel(saved[0]), setattr(LIB, "handlers", saved[1]), setattr(LIB, "propagate", saved[2])
+        logging.root.setLevel(saved[3]), logging.disable(saved[4])
+
+
+def test_a_module_level_warning_that_configures_the_root_logger_is_not_cached(overmind_runtime):
+    """``logging.warning()`` with no handler on the root logger calls ``basicConfig()``: the process's later
+    records reach standard error. Two processes against one server: the second must configure it too."""
+    from overmind.testing import run_fresh
+
+    script = """
+import logging, torch, overmind
+from overmind.client import get_client
+from overmind.testing import report
+def load(n):
+    logging.warning("a notice through the root logger")
+    return torch.ones(n)
+before = len(logging.root.handlers)
+overmind.load(load, 2)
+report({"before": before, "after": len(logging.root.handlers), "hits": sum(e["hits"] for e in get_client().ls())})
+"""
+    assert [run_fresh(script) for _ in range(2)] == [{"before": 0, "after": 1, "hits": 0}] * 2

@@ -26,7 +26,12 @@ the loader ran). The stand-in's code is filed under ``logging``'s own source fil
 frame as one of ``logging``'s.
 
 When in doubt, the result is not cached (:attr:`Recording.unsure`): another thread logged while the loader
-ran, a record carries an attribute of its own that is not a plain value, or its message could not be made.
+ran, a record carries an attribute of its own that is not a plain value, or its message could not be made. So
+too when the loader changed how logging is set up (a logger's level, handlers, ``propagate`` or ``disabled``,
+``logging.disable``): a hit would leave the process as it found it. The commonest is a module-level
+``logging.warning()`` while the root logger has no handler, which calls ``basicConfig()``: every later record
+of the process then reaches standard error. Loggers made while the loader ran are not compared (an import makes
+them, in a hit as in plain).
 Not reproduced: progress bars (they are written to the terminal, not logged) and the records of a ``Logger``
 subclass that overrides ``handle`` (the recording sits in ``Logger.handle``).
 """
@@ -62,11 +67,18 @@ class Recording(recordings.Recording):
         self._warnings_so_far = warnings_so_far
         self.once_calls = 0  # the once-only method calls this recording saw (noted, or doubted)
         self._once_counted = _once_calls_counted()
+        self._setup = _logging_setup()
 
     def finish(self) -> None:
-        """The loader returned: every call the once-only methods answered meanwhile must be one this saw."""
+        """The loader returned: every call the once-only methods answered meanwhile must be one this saw, and
+        the logging set-up must be as the loader found it."""
         if _once_calls_counted() - self._once_counted != self.once_calls:
             self.doubt("a once-only log method (warning_once) answered a call the recording did not see")
+        now = _logging_setup()
+        changed = [name for name, setup in self._setup.items() if now.get(name) != setup]
+        if changed:
+            names = ", ".join(map(repr, changed[:3]))
+            self.doubt(f"the loader changed how logging is set up ({names}): a hit would leave it as it is")
 
     def once(self, logger: logging.Logger, name: str, method: Any, args: tuple, kwargs: dict) -> None:
         """Note a call of the once-only method ``name`` (``method``, the cached one), as a hit will make it."""
@@ -132,6 +144,17 @@ def _get_effective_level(self: logging.Logger) -> int:
     for rec in _RUNNING.mine():
         rec.answered(self.name, "effective", answer)
     return answer
+
+
+def _logging_setup() -> dict[str, Any]:
+    """Every logger's level, handlers, ``propagate`` and ``disabled`` (the root logger as ``"root"``), and
+    ``logging.disable``'s level: what decides where a later record of the process goes."""
+    manager = logging.root.manager
+    setup: dict[str, Any] = {name: (lg.level, tuple(lg.handlers), lg.propagate, lg.disabled)
+                             for name, lg in list(manager.loggerDict.items()) if isinstance(lg, logging.Logger)}
+    root = logging.root
+    setup["root"] = (root.level, tuple(root.handlers), root.propagate, root.disabled, manager.disable)
+    return setup
 
 
 # --- once-only methods (transformers' warning_once) ----------------------------------------------------------
