@@ -341,3 +341,62 @@ overmind.load(load, 2)
 report({"before": before, "after": len(logging.root.handlers), "hits": sum(e["hits"] for e in get_client().ls())})
 """
     assert [run_fresh(script) for _ in range(2)] == [{"before": 0, "after": 1, "hits": 0}] * 2
+
+
+LATE_MODULE = '''
+import functools, logging
+
+
+@functools.lru_cache(None)
+def late_warning_once(self, *args, **kwargs):
+    self.warning(*args, **kwargs)
+
+
+logging.Logger.late_warning_once = late_warning_once
+'''
+
+LATE_SCRIPT = '''
+import logging, os, torch, overmind
+from overmind.client import get_client
+from overmind.testing import report
+
+records = []
+
+
+class Keep(logging.Handler):
+    def emit(self, record):
+        records.append([record.name, record.getMessage(), os.path.basename(record.pathname), record.funcName])
+
+
+lib = logging.getLogger("late_lib")
+lib.addHandler(Keep())
+lib.propagate = False
+
+
+def load(n):
+    import late_once_module  # the first import defines Logger.late_warning_once, while the loader runs
+    for message in ("first", "second", "first"):
+        lib.late_warning_once(message)
+    return torch.ones(n)
+
+
+active = os.environ["ACTIVE"] == "1"
+for _ in range(2):
+    (overmind.load(load, 2) if active else load(2))
+report({"records": records, "hits": sum(e["hits"] for e in get_client().ls()) if active else 0})
+'''
+
+
+def test_a_once_only_method_defined_while_the_loader_runs_is_followed_by_its_frames(overmind_runtime, tmp_path):
+    """transformers imported by the loader itself defines ``warning_once`` meanwhile: no stand-in is in place, so
+    the calls that run its body are noted from their frames; the entry is made and a hit shows what plain shows."""
+    from overmind.testing import run_fresh
+
+    (tmp_path / "late_once_module.py").write_text(LATE_MODULE)
+    env = {"PYTHONPATH": str(tmp_path)}
+    plain = run_fresh(LATE_SCRIPT, env={**env, "ACTIVE": "0"})
+    assert [r[1] for r in plain["records"]] == ["first", "second"]
+    cold = run_fresh(LATE_SCRIPT, env={**env, "ACTIVE": "1"})
+    warm = run_fresh(LATE_SCRIPT, env={**env, "ACTIVE": "1"})
+    assert cold["records"] == plain["records"] and warm["records"] == plain["records"]
+    assert cold["hits"] == 1 and warm["hits"] == 3, "published by the first call, served to the next three"

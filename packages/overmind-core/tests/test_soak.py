@@ -80,10 +80,11 @@ for i in range(loads):
     shared = rng.random() < 0.6
     seed = rng.randrange(8) if shared else 1000 + index * 1000 + i
     derived = bool(held) and rng.random() < 0.25
-    if rng.random() < 0.3:
-        signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.0005, 0.02))
+    alarm = rng.random() < 0.3
     try:
         try:
+            if alarm:  # inside the try: a short alarm can fire as setitimer returns, on a busy machine
+                signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.0005, 0.02))
             if derived:
                 seed, base = rng.choice(held)
                 got = overmind.load(L.double, base)

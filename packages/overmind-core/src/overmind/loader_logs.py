@@ -19,11 +19,14 @@ the plain call emits it the first time and stays silent after, whether the first
 a miss records the *call* (method, logger, arguments), seen through a stand-in for each such method while the
 recording runs, and not the record it may make; a hit makes the same call, through the same cached method of
 the hit process, which emits the record or not as plain would (the record's place is the method's own line, in
-both). A call that passes keyword arguments (``stacklevel``, ``stack_info``, ``exc_info`` would name Overmind's
-frames in a hit) or arguments that are not plain values leaves the result uncached, and so does a call Overmind
-did not see (the method's cache counts more calls than the stand-in saw: another thread, a method defined while
-the loader ran). The stand-in's code is filed under ``logging``'s own source file, so ``findCaller`` skips its
-frame as one of ``logging``'s.
+both). A method defined while the loader runs (the loader is the first to import transformers) has no stand-in;
+its cache began empty, so the calls that matter are those that run its body, which are noted from the body's
+frame as it asks ``isEnabledFor`` (a call its cache answers silently repeats one already noted, and a hit
+repeats it too). A call that passes keyword arguments (``stacklevel``, ``stack_info``, ``exc_info`` would name
+Overmind's frames in a hit) or arguments that are not plain values leaves the result uncached, and so does a
+call Overmind did not see (the method's cache counts calls the recording did not: another thread, the cached
+function called directly). The stand-in's code is filed under ``logging``'s own source file, so ``findCaller``
+skips its frame as one of ``logging``'s.
 
 When in doubt, the result is not cached (:attr:`Recording.unsure`): another thread logged while the loader
 ran, a record carries an attribute of its own that is not a plain value, or its message could not be made. So
@@ -40,12 +43,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import sys
 import threading
 
 from . import interrupts, recordings
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from types import FrameType
     from typing import Any, Callable, Iterator
 
 _saved: dict[str, Any] = {}  # while any recording runs: Logger's own handle, isEnabledFor and getEffectiveLevel
@@ -65,15 +70,23 @@ class Recording(recordings.Recording):
         self.records: list[dict] = []
         self.answers: dict[tuple, Any] = {}
         self._warnings_so_far = warnings_so_far
-        self.once_calls = 0  # the once-only method calls this recording saw (noted, or doubted)
-        self._once_counted = _once_calls_counted()
+        # {once-only method name: calls this recording saw}, through a stand-in (every call) or, for a method
+        # without one, by its body's frame (the calls that ran it); and each method's counts as the loader starts
+        self.once_seen: dict[str, int] = {}
+        self._once_at_start: dict[str, tuple[int, int, bool]] = {}
+        self._setup: dict[str, Any] = {}
+
+    def begin(self) -> None:
+        """Note the once-only methods' counts and the logging set-up as the loader starts (stand-ins in place)."""
+        self._once_at_start = _once_counts()
         self._setup = _logging_setup()
 
     def finish(self) -> None:
         """The loader returned: every call the once-only methods answered meanwhile must be one this saw, and
         the logging set-up must be as the loader found it."""
-        if _once_calls_counted() - self._once_counted != self.once_calls:
-            self.doubt("a once-only log method (warning_once) answered a call the recording did not see")
+        unseen = _once_unseen(self._once_at_start, self.once_seen)
+        if unseen:
+            self.doubt(f"the once-only log method {unseen} answered a call the recording did not see")
         now = _logging_setup()
         changed = [name for name, setup in self._setup.items() if now.get(name) != setup]
         if changed:
@@ -82,7 +95,7 @@ class Recording(recordings.Recording):
 
     def once(self, logger: logging.Logger, name: str, method: Any, args: tuple, kwargs: dict) -> None:
         """Note a call of the once-only method ``name`` (``method``, the cached one), as a hit will make it."""
-        self.once_calls += 1
+        self.once_seen[name] = self.once_seen.get(name, 0) + 1
         if self.unsure is not None:
             return
         if kwargs or any(type(a) not in _SCALARS for a in args):
@@ -118,7 +131,8 @@ class Recording(recordings.Recording):
 
 def _handle(self: logging.Logger, record: logging.LogRecord) -> Any:
     if (record.name != _WARNINGS_LOGGER and record.name.split(".")[0] != "overmind"  # Overmind's own: not the entry's
-            and not getattr(_in_once, "depth", 0)):  # a once-only method's: its call is noted, a hit makes it again
+            and not getattr(_in_once, "depth", 0)  # a once-only method's: its call is noted, a hit makes it again
+            and _once_body(_caller(sys._getframe(1))) is None):
         mine = _RUNNING.mine()
         try:
             for rec in mine:
@@ -136,6 +150,10 @@ def _is_enabled_for(self: logging.Logger, level: int) -> bool:
     answer = _saved["isEnabledFor"](self, level)
     for rec in _RUNNING.mine():
         rec.answered(self.name, level, answer)
+    if not getattr(_in_once, "depth", 0):
+        body = _once_body(_caller(sys._getframe(1)))
+        if body is not None:  # a once-only method without a stand-in (defined while the loader ran) ran its body
+            _noted_from_frame(*body)
     return answer
 
 
@@ -170,13 +188,65 @@ def _once_methods() -> dict[str, Any]:
     return out
 
 
-def _once_calls_counted() -> int:
-    """How many calls the once-only methods have answered in this process, with a record or without."""
-    total = 0
-    for method in _once_methods().values():
+def _once_counts() -> dict[str, tuple[int, int, bool]]:
+    """``{name: (hits, misses, has a stand-in)}`` for every once-only method: the calls each has answered in
+    this process, emitting (a miss of its cache) or not (a hit)."""
+    out = {}
+    for name, method in _once_methods().items():
         info = method.cache_info()
-        total += info.hits + info.misses
-    return total
+        out[name] = (info.hits, info.misses, vars(logging.Logger)[name] is not method)
+    return out
+
+
+def _once_unseen(at_start: dict[str, tuple[int, int, bool]], seen: dict[str, int]) -> str | None:
+    """The first once-only method that answered a call a recording did not see, given its counts at the start
+    and the calls it saw. With a stand-in from the start, every call is seen. Without one, only the calls that ran
+    the body are (by its frame): a call the cache answered silently is unseen, unless the method was defined
+    while the loader ran, when its cache began empty and each such call repeats one seen, which a hit repeats."""
+    for name, (hits, misses, _) in _once_counts().items():
+        hits0, misses0, stood_in = at_start.get(name, (0, 0, False))
+        calls = seen.get(name, 0)
+        if stood_in:
+            if hits - hits0 + misses - misses0 != calls:
+                return name
+        elif misses - misses0 != calls or (name in at_start and hits != hits0):
+            return name
+    return None
+
+
+def _caller(frame: FrameType | None) -> FrameType | None:
+    """The first frame from ``frame`` up that is not ``logging``'s own (as ``findCaller`` finds it)."""
+    while frame is not None and frame.f_code.co_filename == logging._srcfile:
+        frame = frame.f_back
+    return frame
+
+
+def _once_body(frame: FrameType | None) -> tuple | None:
+    """``(frame, name, method)`` when ``frame`` runs the body of ``Logger``'s once-only method ``name``."""
+    if frame is None:
+        return None
+    name = frame.f_code.co_name
+    method = vars(logging.Logger).get(name)
+    method = getattr(method, "_overmind_stands_in_for", method)
+    body = getattr(method, "__wrapped__", None)
+    if isinstance(method, functools._lru_cache_wrapper) and getattr(body, "__code__", None) is frame.f_code:
+        return frame, name, method
+    return None
+
+
+def _noted_from_frame(frame: FrameType, name: str, method: Any) -> None:
+    """A once-only method without a stand-in ran its body (``def m(self, *args, **kwargs)``): note its call."""
+    if vars(logging.Logger).get(name) is not method:
+        return  # it has a stand-in: the stand-in noted the call (or the function was called directly: unseen)
+    code = frame.f_code
+    names = code.co_varnames
+    if code.co_argcount == 1 and code.co_flags & 0x0C == 0x0C:  # (self, *args, **kwargs), CO_VARARGS|CO_VARKEYWORDS
+        f_locals = frame.f_locals
+        _once_called(f_locals[names[0]], name, method, tuple(f_locals[names[1]]), dict(f_locals[names[2]]))
+    else:
+        for rec in _RUNNING.mine():
+            rec.once_seen[name] = rec.once_seen.get(name, 0) + 1
+            rec.doubt(f"the once-only log method {name} takes arguments a hit could not pass again")
 
 
 def _impl(method: Any) -> str:
@@ -243,7 +313,8 @@ _RUNNING: recordings.Running[Recording] = recordings.Running(_start, _stop)
 @contextlib.contextmanager
 def recording(warnings_so_far: Callable[[], int]) -> Iterator[Recording]:
     """Record the log records handled in this thread inside the block, and the logging answers it gets."""
-    with _RUNNING.running(Recording(warnings_so_far)) as rec:
+    rec = Recording(warnings_so_far)
+    with _RUNNING.running(rec, rec.begin):
         yield rec
         rec.finish()
 
