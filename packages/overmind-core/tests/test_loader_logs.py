@@ -145,18 +145,18 @@ def test_a_process_whose_logging_answers_otherwise_is_not_served(overmind_runtim
                for r in caplog.records)
 
 
+def load_with_a_helper_thread(logger_name: str, method: str, n: int):
+    """A loader whose helper thread logs through ``logging.getLogger(logger_name).<method>`` meanwhile."""
+    t = threading.Thread(target=getattr(logging.getLogger(logger_name), method), args=("from a helper thread",))
+    t.start()
+    t.join()
+    return torch.ones(n)
+
+
 def test_another_thread_logging_during_the_load_leaves_it_uncached(overmind_runtime, quiet_lib):
-    other = logging.getLogger("overmind_tests_lib.other")
-
-    def loader_with_helper(n: int):
-        t = threading.Thread(target=other.warning, args=("from a helper thread",))
-        t.start()
-        t.join()
-        return torch.ones(n)
-
     for _ in range(2):
         hits = _hits()
-        overmind.load(loader_with_helper, 3)
+        overmind.load(load_with_a_helper_thread, "overmind_tests_lib.other", "warning", 3)
         assert _hits() == hits
 
 
@@ -246,16 +246,11 @@ def test_once_only_records_show_as_plain_shows_them(overmind_runtime, quiet_lib,
 def test_a_once_only_call_the_recording_did_not_see_leaves_the_load_uncached(overmind_runtime, quiet_lib,
                                                                             once_methods):
     """A once-only method called from another thread during the load: its record is not the loader's to keep."""
-    def loader_with_helper(n: int):
-        t = threading.Thread(target=LIB.test_warning_once, args=("from a helper thread",))
-        t.start()
-        t.join()
-        return torch.ones(n)
-
     for _ in range(2):
         _warning_once.cache_clear()
         hits = _hits()
-        events, _ = shown(lambda: overmind.load(loader_with_helper, 4), logging.WARNING)
+        events, _ = shown(lambda: overmind.load(load_with_a_helper_thread, LIB.name, "test_warning_once", 4),
+                          logging.WARNING)
         assert _hits() == hits
         assert [e[3] for e in events] == ["from a helper thread"]
 
