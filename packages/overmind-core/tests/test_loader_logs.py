@@ -395,3 +395,55 @@ def test_a_once_only_method_defined_while_the_loader_runs_is_followed_by_its_fra
     warm = run_fresh(LATE_SCRIPT, env={**env, "ACTIVE": "1"})
     assert cold["records"] == plain["records"] and warm["records"] == plain["records"]
     assert cold["hits"] == 1 and warm["hits"] == 3, "published by the first call, served to the next three"
+
+
+def test_odd_once(self, message):  # not transformers' (self, *args, **kwargs): its call cannot be read back
+    self.warning(message)
+
+
+test_odd_once.__test__ = False  # a logging method, not a test
+
+
+def load_defining_an_odd_once_method(n: int):
+    logging.Logger.test_odd_once = functools.lru_cache(None)(test_odd_once)
+    LIB.test_odd_once("an odd notice")
+    return torch.ones(n)
+
+
+def test_a_once_only_method_of_another_signature_leaves_the_load_uncached(overmind_runtime, quiet_lib):
+    try:
+        for _ in range(2):
+            hits = _hits()
+            events, _ = shown(lambda: overmind.load(load_defining_an_odd_once_method, 3), logging.WARNING)
+            assert _hits() == hits
+            assert [e[3] for e in events] == ["an odd notice"]
+    finally:
+        if "test_odd_once" in vars(logging.Logger):
+            del logging.Logger.test_odd_once
+
+
+def notice_once(self, *args, **kwargs):
+    self.warning(*args, **kwargs)
+
+
+def load_replacing_a_once_method(n: int):
+    logging.Logger.notice_once = functools.lru_cache(None)(notice_once)  # a new method, its cache empty
+    LIB.notice_once("from a method the loader replaced")
+    return torch.ones(n)
+
+
+def test_a_loader_that_replaces_a_once_only_method_is_not_cached(overmind_runtime, quiet_lib):
+    """Plain, each call makes a new method and shows the notice again; a hit would call the one the process
+    already has, whose cache holds it. The method the loader found has counts of 0, as the replacement's end at
+    one call seen: only their identity tells them apart."""
+    try:
+        plain = [shown(lambda: load_replacing_a_once_method(3), logging.WARNING)[0] for _ in range(2)]
+        got = []
+        for _ in range(3):
+            logging.Logger.notice_once = functools.lru_cache(None)(notice_once)
+            hits = _hits()
+            got.append(shown(lambda: overmind.load(load_replacing_a_once_method, 3), logging.WARNING)[0])
+            assert _hits() == hits
+        assert got == plain + plain[:1] and [len(e) for e in plain] == [1, 1]
+    finally:
+        del logging.Logger.notice_once

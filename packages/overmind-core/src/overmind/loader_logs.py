@@ -73,7 +73,7 @@ class Recording(recordings.Recording):
         # {once-only method name: calls this recording saw}, through a stand-in (every call) or, for a method
         # without one, by its body's frame (the calls that ran it); and each method's counts as the loader starts
         self.once_seen: dict[str, int] = {}
-        self._once_at_start: dict[str, tuple[int, int, bool]] = {}
+        self._once_at_start: dict[str, tuple[Any, int, int, bool]] = {}
         self._setup: dict[str, Any] = {}
 
     def begin(self) -> None:
@@ -93,13 +93,15 @@ class Recording(recordings.Recording):
             names = ", ".join(map(repr, changed[:3]))
             self.doubt(f"the loader changed how logging is set up ({names}): a hit would leave it as it is")
 
-    def once(self, logger: logging.Logger, name: str, method: Any, args: tuple, kwargs: dict) -> None:
-        """Note a call of the once-only method ``name`` (``method``, the cached one), as a hit will make it."""
+    def once(self, logger: logging.Logger | None, name: str, method: Any, args: tuple | None, kwargs: dict) -> None:
+        """Note a call of the once-only method ``name`` (``method``, the cached one), as a hit will make it;
+        ``args`` None: arguments that could not be read from the method's frame."""
         self.once_seen[name] = self.once_seen.get(name, 0) + 1
         if self.unsure is not None:
             return
-        if kwargs or any(type(a) not in _SCALARS for a in args):
-            self.doubt(f"the loader called {logger.name!r}.{name} with arguments a hit could not pass as they were")
+        if logger is None or args is None or kwargs or any(type(a) not in _SCALARS for a in args):
+            self.doubt(f"the loader called the once-only log method {name} with arguments a hit could not pass "
+                       f"as they were")
             return
         self.records.append({"once": name, "impl": _impl(method), "logger": logger.name, "args": list(args),
                              "after": self._warnings_so_far()})
@@ -188,28 +190,32 @@ def _once_methods() -> dict[str, Any]:
     return out
 
 
-def _once_counts() -> dict[str, tuple[int, int, bool]]:
-    """``{name: (hits, misses, has a stand-in)}`` for every once-only method: the calls each has answered in
-    this process, emitting (a miss of its cache) or not (a hit)."""
+def _once_counts() -> dict[str, tuple[Any, int, int, bool]]:
+    """``{name: (method, hits, misses, has a stand-in)}`` for every once-only method: the calls each has answered
+    in this process, emitting (a miss of its cache) or not (a hit)."""
     out = {}
     for name, method in _once_methods().items():
         info = method.cache_info()
-        out[name] = (info.hits, info.misses, vars(logging.Logger)[name] is not method)
+        out[name] = (method, info.hits, info.misses, vars(logging.Logger)[name] is not method)
     return out
 
 
-def _once_unseen(at_start: dict[str, tuple[int, int, bool]], seen: dict[str, int]) -> str | None:
+def _once_unseen(at_start: dict[str, tuple[Any, int, int, bool]], seen: dict[str, int]) -> str | None:
     """The first once-only method that answered a call a recording did not see, given its counts at the start
     and the calls it saw. With a stand-in from the start, every call is seen. Without one, only the calls that ran
     the body are (by its frame): a call the cache answered silently is unseen, unless the method was defined
-    while the loader ran, when its cache began empty and each such call repeats one seen, which a hit repeats."""
-    for name, (hits, misses, _) in _once_counts().items():
-        hits0, misses0, stood_in = at_start.get(name, (0, 0, False))
+    while the loader ran, when its cache began empty and each such call repeats one seen, which a hit repeats. A
+    method the loader replaced is unseen too: a hit would call the one this process has, with its cache."""
+    for name, (method, hits, misses, _) in _once_counts().items():
+        start = at_start.get(name)
+        if start is not None and start[0] is not method:
+            return name
+        _, hits0, misses0, stood_in = start or (None, 0, 0, False)
         calls = seen.get(name, 0)
         if stood_in:
             if hits - hits0 + misses - misses0 != calls:
                 return name
-        elif misses - misses0 != calls or (name in at_start and hits != hits0):
+        elif misses - misses0 != calls or (start is not None and hits != hits0):
             return name
     return None
 
@@ -238,15 +244,13 @@ def _noted_from_frame(frame: FrameType, name: str, method: Any) -> None:
     """A once-only method without a stand-in ran its body (``def m(self, *args, **kwargs)``): note its call."""
     if vars(logging.Logger).get(name) is not method:
         return  # it has a stand-in: the stand-in noted the call (or the function was called directly: unseen)
-    code = frame.f_code
+    code, f_locals = frame.f_code, frame.f_locals
     names = code.co_varnames
+    args: tuple | None = None  # another signature: its call cannot be read back
+    kwargs: dict = {}
     if code.co_argcount == 1 and code.co_flags & 0x0C == 0x0C:  # (self, *args, **kwargs), CO_VARARGS|CO_VARKEYWORDS
-        f_locals = frame.f_locals
-        _once_called(f_locals[names[0]], name, method, tuple(f_locals[names[1]]), dict(f_locals[names[2]]))
-    else:
-        for rec in _RUNNING.mine():
-            rec.once_seen[name] = rec.once_seen.get(name, 0) + 1
-            rec.doubt(f"the once-only log method {name} takes arguments a hit could not pass again")
+        args, kwargs = tuple(f_locals[names[1]]), dict(f_locals[names[2]])
+    _once_called(f_locals.get(names[0]) if names else None, name, method, args, kwargs)
 
 
 def _impl(method: Any) -> str:
@@ -254,7 +258,7 @@ def _impl(method: Any) -> str:
     return f"{getattr(inner, '__module__', None)}:{getattr(inner, '__qualname__', None)}"
 
 
-def _once_called(logger: logging.Logger, name: str, method: Any, args: tuple, kwargs: dict) -> None:
+def _once_called(logger: logging.Logger | None, name: str, method: Any, args: tuple | None, kwargs: dict) -> None:
     mine = _RUNNING.mine()
     try:
         for rec in mine:
