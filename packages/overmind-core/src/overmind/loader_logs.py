@@ -40,7 +40,6 @@ subclass that overrides ``handle`` (the recording sits in ``Logger.handle``).
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import sys
@@ -51,7 +50,7 @@ from . import interrupts, recordings
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import FrameType
-    from typing import Any, Callable, Iterator
+    from typing import Any, Callable
 
 _saved: dict[str, Any] = {}  # while any recording runs: Logger's own handle, isEnabledFor and getEffectiveLevel
 _SCALARS = (str, int, float, bool, type(None))
@@ -293,34 +292,41 @@ _PATCHED = {"handle": _handle, "isEnabledFor": _is_enabled_for, "getEffectiveLev
 
 
 def _start() -> None:
+    """The first recording of the process starts: Logger's hooks and the once-only methods' stand-ins go in. Run
+    again over what an interrupted start or stop left, it completes it: a hook or stand-in already in is kept, and
+    never saved as the library's own."""
     for name, replacement in _PATCHED.items():
-        _saved[name] = vars(logging.Logger)[name]
-        setattr(logging.Logger, name, replacement)
-    stand_ins = _saved["once"] = {}
-    for name, method in _once_methods().items():
-        stand_ins[name] = (method, _stand_in(name, method))
-        setattr(logging.Logger, name, stand_ins[name][1])
+        if vars(logging.Logger).get(name) is not replacement:
+            _saved[name] = vars(logging.Logger)[name]
+            setattr(logging.Logger, name, replacement)
+    stand_ins = _saved.setdefault("once", {})
+    for name, method in _once_methods().items():  # the cached methods, behind any stand-in of ours
+        pair = stand_ins.get(name)
+        if pair is None or pair[0] is not method or vars(logging.Logger).get(name) is not pair[1]:
+            stand_ins[name] = pair = (method, _stand_in(name, method))
+            setattr(logging.Logger, name, pair[1])
 
 
 def _stop() -> None:
+    """The last recording ended: Logger is as the first one found it. Safe to run again over an interrupted run:
+    each hook comes out, and is forgotten, one at a time."""
+    stand_ins = _saved.get("once", {})
+    for name, (method, stand_in) in list(stand_ins.items()):
+        if vars(logging.Logger).get(name) is stand_in:
+            setattr(logging.Logger, name, method)
+        del stand_ins[name]
     for name, replacement in _PATCHED.items():
         if vars(logging.Logger).get(name) is replacement:
             setattr(logging.Logger, name, _saved[name])
-    for name, (method, stand_in) in _saved.pop("once", {}).items():
-        if vars(logging.Logger).get(name) is stand_in:
-            setattr(logging.Logger, name, method)
 
 
 _RUNNING: recordings.Running[Recording] = recordings.Running(_start, _stop)
 
 
-@contextlib.contextmanager
-def recording(warnings_so_far: Callable[[], int]) -> Iterator[Recording]:
-    """Record the log records handled in this thread inside the block, and the logging answers it gets."""
-    rec = Recording(warnings_so_far)
-    with _RUNNING.running(rec, rec.begin):
-        yield rec
-        rec.finish()
+def recording(warnings_so_far: Callable[[], int]) -> recordings.Recorder[Recording]:
+    """``with recording(...) as rec``: record the log records handled in this thread inside the block, and the
+    logging answers it gets (:meth:`Recording.finish` checks the once-only calls and the set-up as it returns)."""
+    return _RUNNING.running(Recording(warnings_so_far))
 
 
 class Replay:

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import itertools
 import sys
 import threading
 import warnings
 from types import FrameType
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from . import interrupts, recordings
 from .userline import is_overmind
@@ -88,7 +89,12 @@ class Recording(recordings.Recording):
         self.shown_by: tuple = ()
 
     def begin(self) -> None:
-        """Note how warnings are filtered and shown as the loader starts (Overmind's filter in place)."""
+        """Overmind's filter goes to the front; then note how warnings are filtered and shown as the loader starts.
+        (The filters need no ``_filters_mutated()``: they are read at every warning, and a new version would
+        empty the registries set aside.)"""
+        with contextlib.suppress(ValueError):
+            _filters().remove(_FILTER)
+        _filters().insert(0, _FILTER)
         self.filters = [f for f in warnings.filters if f is not _FILTER]
         self.shown_by = _shown_by()
 
@@ -278,62 +284,69 @@ def _note(mine: list[Recording], message: Warning, where: tuple) -> None:
 # --- recording and replaying -----------------------------------------------------------------------------------
 
 
-def _set_aside_registries() -> dict:
-    aside = {}
+def _set_aside_registries() -> None:
+    """Every module's ``__warningregistry__`` of warnings already shown is set aside (``_saved["registries"]``),
+    the module given an empty one, so the loader's warnings show (and are recorded) as in a fresh process. Noted
+    first, then swapped, each in one call: a module whose registry an interrupted start noted and did not swap
+    is swapped now; one swapped stays set aside, its newer registry merged into it when it comes back."""
+    aside = _saved.setdefault("registries", {})
+    new = {}
     for module in list(sys.modules.values()):
         g = getattr(module, "__dict__", None)
-        if not isinstance(g, dict):
+        if not isinstance(g, dict) or id(g) in aside:
             continue
         registry = g.get("__warningregistry__")
         if isinstance(registry, dict) and len(registry) > 1:  # more than its "version"
-            aside[id(g)] = (g, registry)
-            g["__warningregistry__"] = {}
-    return aside
+            new[id(g)] = (g, registry)
+    aside.update(new)
+    swap = [g for g, registry in aside.values() if g.get("__warningregistry__") is registry]
+    list(map(dict.__setitem__, swap, itertools.repeat("__warningregistry__"), [{} for _ in swap]))
 
 
-def _put_back_registries(aside: dict) -> None:
-    for g, registry in aside.values():
-        current = g.get("__warningregistry__")
-        if isinstance(current, dict) and current is not registry:
-            registry.update((k, v) for k, v in current.items() if k != "version")
-        g["__warningregistry__"] = registry
+def _put_back_registries() -> None:
+    """The registries set aside come back, with what the modules' own registries noted meanwhile. Every change is
+    one call (``map`` of a C method, run by ``list``), safe to make again, so an interrupt leaves no module with
+    the empty registry it was given while its own is still set aside and forgotten."""
+    aside = _saved.get("registries")
+    if aside:
+        held = list(aside.values())
+        current = [g.get("__warningregistry__") for g, _ in held]
+        noted = [{k: v for k, v in now.items() if k != "version"} if isinstance(now, dict) and now is not registry
+                 else {} for (_, registry), now in zip(held, current)]
+        list(map(dict.update, [registry for _, registry in held], noted))
+        list(map(dict.__setitem__, [g for g, _ in held], itertools.repeat("__warningregistry__"),
+                 [registry for _, registry in held]))
+    _saved.pop("registries", None)  # none set aside: a replay counts in the modules' own (``_registry``)
 
 
 def _start() -> None:
-    """The first recording of the process (of any thread) starts: Overmind's filter and show hook go in."""
-    _saved["showwarnmsg"] = warnings._showwarnmsg  # type: ignore[attr-defined]
-    _saved["registries"] = _set_aside_registries()
+    """The first recording of the process (of any thread) starts: the registries are set aside and Overmind's show
+    hook goes in (the filter goes in as each recording starts). Run again over what an interrupted start or stop
+    left, it completes it, and never saves the hook as the library's own."""
+    if warnings._showwarnmsg is not _showwarnmsg:  # type: ignore[attr-defined]
+        _saved["showwarnmsg"] = warnings._showwarnmsg  # type: ignore[attr-defined]
+    _set_aside_registries()
     warnings._showwarnmsg = _showwarnmsg  # type: ignore[attr-defined]
 
 
 def _stop() -> None:
-    """The last recording ended: the filter, the show hook and the registries are as they were."""
+    """The last recording ends: the registries, the filters and the show hook are as they were. Each step is
+    safe to run again over an interrupted run (the recording that ends leaves its stack only after this)."""
+    _put_back_registries()
     with contextlib.suppress(ValueError):
         _filters().remove(_FILTER)
     if warnings._showwarnmsg is _showwarnmsg:  # type: ignore[attr-defined]
         warnings._showwarnmsg = _saved["showwarnmsg"]  # type: ignore[attr-defined]
-    _put_back_registries(_saved.pop("registries", {}))
 
 
 _RUNNING: recordings.Running[Recording] = recordings.Running(_start, _stop)
 
 
-@contextlib.contextmanager
-def recording(call_frame: FrameType | None) -> Iterator[Recording]:
-    """Record the warnings issued in this thread inside the block; ``call_frame``: the frame of the cached call,
-    whose callers (Overmind's left out) a warning's location is counted from."""
-    rec = Recording(call_frame)
-
-    def started() -> None:
-        # At the front (the filters need no _filters_mutated(): they are read at every warning, and a new
-        # version would empty the registries set aside)
-        with contextlib.suppress(ValueError):
-            _filters().remove(_FILTER)
-        _filters().insert(0, _FILTER)
-        rec.begin()
-
-    with _RUNNING.running(rec, started):
-        yield rec
+def recording(call_frame: FrameType | None) -> recordings.Recorder[Recording]:
+    """``with recording(call_frame) as rec``: record the warnings issued in this thread inside the block;
+    ``call_frame``: the frame of the cached call, whose callers (Overmind's left out) a warning's location is
+    counted from."""
+    return _RUNNING.running(Recording(call_frame))
 
 
 class Replay:
