@@ -50,7 +50,8 @@ def _check_points(code) -> tuple[frozenset[int], dict[int, frozenset[int]]]:
     line = code.co_firstlineno
     lines_at = {}
     for x in ins:
-        line = x.positions.lineno or line if x.positions else line
+        if x.positions is not None and x.positions.lineno is not None:
+            line = x.positions.lineno
         lines_at[x.offset] = line
     for i, x in enumerate(ins):
         if x.opname == "RESUME":

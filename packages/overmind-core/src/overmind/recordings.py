@@ -38,7 +38,6 @@ class Recording:
 
     def __init__(self) -> None:
         self.unsure: str | None = None
-        self.thread = threading.get_ident()
         self._stack: list = []  # the stack of its thread it is in, while it runs
         self._owner: FrameType | None = None  # the frame whose ``with`` runs it
 
