@@ -36,6 +36,8 @@ def _session_runtime():
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "long(seconds): a test that takes about that long on a CI machine (the "
+                                       "--durations list); its file runs first, the longest first")
     stale = _stale_test_plugins()
     if stale:
         raise pytest.UsageError(f"the test-only adapters in {TEST_PLUGINS_DIR} are missing or older than their "
@@ -63,3 +65,21 @@ def _stale_test_plugins() -> str | None:
                     pass
                 return os.path.relpath(source, root)
     return None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files of tests marked ``long`` first, the longest first; every file's tests stay together and in order.
+
+    pytest-xdist's worksteal hands each worker a run of the collection and lets an idle worker take the back half
+    of another's queue. A five-minute test collected late started when the other worker had little left, which
+    then idled for most of it (the newest lane's last five minutes, measured). Started first, it runs beside the
+    short tests, which the other worker takes over as it goes.
+    """
+    longest: dict[str, float] = {}
+    for item in items:
+        mark = item.get_closest_marker("long")
+        if mark is not None:
+            seconds = float(mark.args[0] if mark.args else mark.kwargs["seconds"])
+            longest[str(item.path)] = max(longest.get(str(item.path), 0.0), seconds)
+    order = {path: rank for rank, path in enumerate(sorted(longest, key=lambda p: -longest[p]))}
+    items.sort(key=lambda item: order.get(str(item.path), len(order)))  # stable: the rest keep their order

@@ -142,6 +142,7 @@ report(out)
 """
 
 
+@pytest.mark.long(40)  # seconds on a CI machine: conftest.py runs it early
 def test_every_patched_loader_has_a_key_and_the_same_one_in_every_process():
     """A loader the key code cannot describe would run uncached, silently, forever: every patch target of the
     shipped adapters must have a key, and one and the same key in a second process."""

@@ -58,6 +58,7 @@ report({"digest": state_digest(model), "hits": get_client().status()["hits"]})
 """
 
 
+@pytest.mark.long(47)  # seconds on a CI machine: conftest.py runs it early
 def test_sentence_transformer_and_automodel_share_one_copy(overmind_runtime):
     env = {"PYTHONPATH": pythonpath_env(), "HF_HUB_OFFLINE": "1"}
     plain = run_fresh(PLAIN, env=env, timeout=600)

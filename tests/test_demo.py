@@ -8,11 +8,14 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from _support import without_test_plugins
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.long(77)  # seconds on a CI machine: conftest.py runs it early
 def test_demo_shows_cold_and_warm_loads_across_processes():
     before = set(glob.glob("/tmp/om-demo-*"))
     out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "demo.py")], capture_output=True,

@@ -66,6 +66,7 @@ def test_extras_install_their_libraries_and_the_readme_names_their_ranges():
             assert re.sub(r"\s+", "", req) in readme, f"README does not say {req}"
 
 
+@pytest.mark.long(370)  # seconds on a CI machine: conftest.py runs it early
 @pytest.mark.timeout(1800)
 def test_a_fresh_venv_installed_as_the_readme_says_serves_a_cached_load(tmp_path, overmind_runtime):
     lines = _readme_install_lines()

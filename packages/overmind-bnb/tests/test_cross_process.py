@@ -63,6 +63,7 @@ def save(path):
 '''
 
 
+@pytest.mark.long(55)  # seconds on a CI machine: conftest.py runs it early
 def test_users_module_with_bare_bnb_layers(overmind_runtime, tmp_path):
     (tmp_path / "user_bnb_net.py").write_text(USER_MODULE)
     state = tmp_path / "net.pt"

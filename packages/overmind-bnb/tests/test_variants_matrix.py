@@ -219,6 +219,7 @@ def _check(variant: str, got: dict, reference: dict, expect: str) -> list[str]:
 
 @pytest.mark.parametrize("misses, hits", [pytest.param(FORWARD, REVERSE, id="forward-misses-then-reverse-hits"),
                                           pytest.param(REVERSE, [], id="reverse-misses")])
+@pytest.mark.long(165)  # seconds on a CI machine: conftest.py runs it early
 def test_every_variant_returns_the_plain_result_in_one_server(overmind_runtime, ckpt, reference, misses, hits):
     """One server: the five variants as misses in one order, then (forward server) as hits in the other."""
     problems = []

@@ -3,6 +3,8 @@ diffusers does: ``pipe.vae is vae`` and ``pipe.controlnet.nets[i] is nets[i]``, 
 a fresh one served from the cache, and the pipeline's entry holds none of their bytes (issue 9, finding 7)."""
 from __future__ import annotations
 
+import pytest
+
 SCRIPT = '''
 from diffusers import AutoencoderKL, ControlNetModel, StableDiffusionControlNetPipeline
 
@@ -81,6 +83,7 @@ report(got)
 '''
 
 
+@pytest.mark.long(40)  # seconds on a CI machine: conftest.py runs it early
 def test_pipeline_holds_the_given_vae_and_controlnets_in_both_processes(fresh):
     first = fresh(SCRIPT)
     second = fresh(SCRIPT)

@@ -5,6 +5,8 @@ published for them (no second copy anywhere), and renders the same image as a pl
 """
 from __future__ import annotations
 
+import pytest
+
 PATTERN = '''
 from diffusers import AutoencoderKL, ControlNetModel, StableDiffusionControlNetPipeline, StableDiffusionPipeline
 
@@ -49,6 +51,7 @@ report({"new_entries": after["entries"] - before["entries"], "hits": after["hits
 '''
 
 
+@pytest.mark.long(42)  # seconds on a CI machine: conftest.py runs it early
 def test_vae_and_controlnets_pattern_across_processes(fresh):
     first = fresh(PATTERN)
     assert first["new_entries"] >= 4 and first["cached"] == first["plain"]

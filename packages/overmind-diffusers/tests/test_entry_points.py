@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
+
 ENTRY_POINTS = '''
 import diffusers
 from diffusers import (AutoencoderKL, AutoPipelineForText2Image, ControlNetModel, DDIMScheduler, DiffusionPipeline,
@@ -74,6 +76,7 @@ report({"cached": cached, "plain": plain, "modules_before": modules_before, "cus
 '''
 
 
+@pytest.mark.long(51)  # seconds on a CI machine: conftest.py runs it early
 def test_every_entry_point_served_in_a_fresh_process_equals_plain(fresh, tmp_path):
     first_modules = tmp_path / "first-modules"
     first = fresh(ENTRY_POINTS, HF_MODULES_CACHE=str(first_modules))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.metadata
 
+import pytest
 from packaging.version import Version
 
 SCRIPT = '''
@@ -38,6 +39,7 @@ report({"seen": seen, "entries": len(overmind.cache_info().entries)})
 '''
 
 
+@pytest.mark.long(55)  # seconds on a CI machine: conftest.py runs it early
 def test_plain_miss_and_hit_show_the_same_warnings(fresh):
     plain = fresh(SCRIPT, OVERMIND_DISABLE="1")
     miss = fresh(SCRIPT)

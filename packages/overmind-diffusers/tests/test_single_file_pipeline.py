@@ -97,6 +97,7 @@ report({"cached": cached, "plain": describe(plain_pipe), "new_entries": new_entr
 '''
 
 
+@pytest.mark.long(46)  # seconds on a CI machine: conftest.py runs it early
 def test_pipeline_from_single_file_served_from_overmind_in_a_second_process(fresh, ldm_file):
     first = fresh(SINGLE_FILE, LDM_FILE=ldm_file)
     assert first["reads"] == 1, "the first process must run the real loader (read the checkpoint) once"

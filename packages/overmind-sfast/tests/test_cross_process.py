@@ -45,6 +45,7 @@ def load_and_render(ckpt, activate=True, strict=True):
     return run_fresh(script, env={"OVERMIND_STRICT": "1" if strict else "0"}, timeout=900)
 
 
+@pytest.mark.long(62)  # seconds on a CI machine: conftest.py runs it early
 def test_second_process_gets_the_compiled_pipeline_without_tracing(overmind_runtime, sd_ckpt):
     first = load_and_render(sd_ckpt)
     assert first["builds"] == 1 and first["traces"] >= 3  # UNet, text encoder and VAE decoder parts

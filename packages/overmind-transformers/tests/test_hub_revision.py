@@ -2,6 +2,8 @@
 new snapshot gives a fresh load, and the same snapshot a hit."""
 from __future__ import annotations
 
+import pytest
+
 from _support import tiny_models as tm
 
 LOAD_HUB_ID = '''
@@ -18,6 +20,7 @@ report({"new_entries": new_model_entries + new_tok_entries, "cached": cached,
 '''
 
 
+@pytest.mark.long(44)  # seconds on a CI machine: conftest.py runs it early
 def test_new_snapshot_gives_a_fresh_load(fresh, tmp_path):
     hub = tmp_path / "hub"
     _, rev_a = tm.build_hf_cache(hub, "tiny-org/tiny-bert", tm.build_bert(tmp_path / "bert-a", seed=0))

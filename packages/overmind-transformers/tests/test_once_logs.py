@@ -40,6 +40,7 @@ report({"records": records, "hits": hits})
 '''
 
 
+@pytest.mark.long(48)  # seconds on a CI machine: conftest.py runs it early
 @pytest.mark.filterwarnings("ignore::FutureWarning")
 def test_once_only_notices_show_as_in_plain(fresh):
     plain = fresh(SCRIPT, ACTIVE="0")

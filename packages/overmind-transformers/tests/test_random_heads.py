@@ -9,6 +9,8 @@ give the first's head, and leave the generator behind).
 """
 from __future__ import annotations
 
+import pytest
+
 SCRIPT = '''
 from transformers import BertForSequenceClassification
 
@@ -20,6 +22,7 @@ report({"state": tm.state_digest(model), "next": torch.rand(4).tolist(), "class"
 '''
 
 
+@pytest.mark.long(100)  # seconds on a CI machine: conftest.py runs it early
 def test_a_randomly_initialised_head_follows_the_seed_in_every_process(fresh):
     plain = {seed: fresh(SCRIPT, ACTIVE="0", SEED=str(seed)) for seed in (1, 2)}
     assert plain[1]["state"] != plain[2]["state"]  # the head does depend on the seed
