@@ -43,6 +43,14 @@ def _extension_build() -> dict:
     class OptionalBuildExtension(BuildExtension):
         """Build the extension if the toolchain allows; a failure is a warning, never a failed install."""
 
+        def finalize_options(self) -> None:
+            super().finalize_options()
+            # One object folder for every build of this tree. setuptools builds an editable install in a throwaway
+            # folder; here a later build with the same interpreter and flags (scripts/wheelhouse with
+            # BUILD_PYTHON, a second editable install) finds the objects, and ninja compiles only what changed.
+            # Another interpreter or torch changes the commands, and ninja compiles everything again.
+            self.build_temp = os.path.join(HERE, "build", f"objects-{sys.implementation.cache_tag}")
+
         def run(self) -> None:
             try:
                 super().run()
