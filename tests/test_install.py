@@ -1,6 +1,9 @@
 """The install tells the truth (issue 14): the README's install lines, run in a fresh venv, give a working
 Overmind with its compiled extension and the libraries of the chosen extras; one version; an SPDX license;
-the README's supported versions are the packages' own."""
+the README's supported versions are the packages' own.
+
+The wheelhouse line runs with ``BUILD_PYTHON`` set to this venv's interpreter: the wheels are built there, reusing
+its objects of ``overmind._C``, instead of in a build venv of the script's own (the default, which a user gets)."""
 from __future__ import annotations
 
 import os
