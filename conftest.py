@@ -79,7 +79,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         mark = item.get_closest_marker("long")
         if mark is not None:
-            seconds = float(mark.args[0] if mark.args else mark.kwargs["seconds"])
-            longest[str(item.path)] = max(longest.get(str(item.path), 0.0), seconds)
+            seconds = mark.args[0] if mark.args else mark.kwargs.get("seconds")
+            if not isinstance(seconds, (int, float)):
+                raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.long takes the seconds the test runs on a CI "
+                                        f"machine (its --durations line), e.g. @pytest.mark.long(60)")
+            longest[str(item.path)] = max(longest.get(str(item.path), 0.0), float(seconds))
     order = {path: rank for rank, path in enumerate(sorted(longest, key=lambda p: -longest[p]))}
     items.sort(key=lambda item: order.get(str(item.path), len(order)))  # stable: the rest keep their order
