@@ -11,6 +11,7 @@ process with ``_support.without_test_plugins()``.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -75,7 +76,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     then idled for most of it (the newest lane's last five minutes, measured). Started first, it runs beside the
     short tests, which the other worker takes over as it goes.
     """
-    longest: dict[str, float] = {}
+    longest: dict[Path, float] = {}
     for item in items:
         mark = item.get_closest_marker("long")
         if mark is not None:
@@ -83,6 +84,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             if not isinstance(seconds, (int, float)):
                 raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.long takes the seconds the test runs on a CI "
                                         f"machine (its --durations line), e.g. @pytest.mark.long(60)")
-            longest[str(item.path)] = max(longest.get(str(item.path), 0.0), float(seconds))
+            longest[item.path] = max(longest.get(item.path, 0.0), float(seconds))
     order = {path: rank for rank, path in enumerate(sorted(longest, key=lambda p: -longest[p]))}
-    items.sort(key=lambda item: order.get(str(item.path), len(order)))  # stable: the rest keep their order
+    items.sort(key=lambda item: order.get(item.path, len(order)))  # stable: the rest keep their order
