@@ -149,3 +149,63 @@ def test_a_snapshot_that_cannot_read_pagemap_calls_every_page_written(tmp_path, 
     assert not pagemap.is_pristine(ptr, pagemap.PAGE)
     del buf
     mm.close()
+
+
+def _kernel_scans() -> bool:
+    import os
+
+    release = tuple(int(x) for x in os.uname().release.split(".")[:2] if x.isdigit())
+    return release >= (6, 7)
+
+
+def test_several_ranges_answer_the_same_scanned_or_read(tmp_path, monkeypatch):
+    """all_pristine over clusters of ranges: the kernel's scan (with the entries read only where it finds a written
+    page, perhaps in a gap) and the plain reading give the same answer, and both the truth."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    mm, buf, ptr = _private_file_mapping(tmp_path, _N_PAGES)
+    page = pagemap.PAGE
+    ranges = st.tuples(st.integers(0, _N_PAGES * page - 1), st.integers(0, 3 * page))
+
+    @settings(max_examples=80, deadline=None)
+    @given(read=st.sets(st.integers(0, _N_PAGES - 1)), written=st.sets(st.integers(0, _N_PAGES - 1), max_size=3),
+           asked=st.lists(ranges, min_size=1, max_size=8))
+    def check(read, written, asked):
+        nonlocal mm, buf, ptr
+        del buf
+        mm.close()
+        mm, buf, ptr = _private_file_mapping(tmp_path, _N_PAGES)
+        for p in read:
+            assert mm[p * page] == 0
+        for p in written:
+            mm[p * page + 1] = 0xAB
+        asked = [(ptr + offset, min(nbytes, _N_PAGES * page - offset)) for offset, nbytes in asked]
+        truth = not any(nbytes and offset // page <= p + ptr // page <= (offset + nbytes - 1) // page
+                        for offset, nbytes in asked for p in written)
+        scanned = pagemap.all_pristine(asked)
+        with monkeypatch.context() as m:
+            m.setattr(pagemap, "_scan_works", False)
+            read_only = pagemap.all_pristine(asked)
+        assert scanned == read_only == truth, (asked, sorted(written))
+
+    check()
+    del buf
+    mm.close()
+
+
+def test_the_scan_answers_on_this_kernel_and_sees_one_written_page(tmp_path):
+    import pytest
+
+    if not _kernel_scans():
+        pytest.skip("PAGEMAP_SCAN needs Linux 6.7 or later; the entries are read instead (tested above)")
+    mm, buf, ptr = _private_file_mapping(tmp_path, 8)
+    first = ptr // pagemap.PAGE
+    fd = pagemap._pagemap_fd()
+    assert mm[0] == 0 and pagemap._scan_finds_no_written_page(fd, first, first + 7)  # read pages are the file's
+    mm[5 * pagemap.PAGE] = 1
+    assert not pagemap._scan_finds_no_written_page(fd, first, first + 7)
+    assert pagemap._scan_finds_no_written_page(fd, first, first + 4)
+    assert pagemap._scan_works
+    del buf
+    mm.close()

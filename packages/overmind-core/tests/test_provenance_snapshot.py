@@ -2,7 +2,8 @@
 
 ``origin_of`` keys a module as its entry only while a fresh snapshot equals the one taken at the rebuild
 (and its pages are pristine, tested in test_pristine_pages.py). Each change below, made after the first
-snapshot, must make the second one differ; no change must leave it equal.
+snapshot, must make the second one differ; no change must leave it equal. Every test runs with the walk in C
+(``csrc/provenance_walk.cpp``) and in Python (the ``impl`` fixture).
 """
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import pytest
 import torch
 
 from overmind import provenance
+
+pytestmark = pytest.mark.usefixtures("impl")
 
 
 def no_config(config):

@@ -44,6 +44,7 @@ __all__ = [
     "storage_from_buffer",
     "script_module_from_storage",
     "tensor_rebuild",
+    "provenance_walk",
     "describe",
     "IMPLEMENTATION",
     "ExtensionUnavailable",
@@ -132,6 +133,7 @@ _PYTHON = SimpleNamespace(
     storage_from_buffer=_py_storage_from_buffer,
     script_module_from_storage=_py_script_module_from_storage,
     tensor_rebuild=tensors.rebuild_from_untyped,
+    provenance_walk=None,  # overmind.provenance walks in Python
 )
 
 
@@ -159,6 +161,7 @@ def _compiled(ext: Any) -> SimpleNamespace:
         # an extension built before it had this function rebuilds every tensor in Python
         tensor_rebuild=(ext.tensor_rebuilder(tensors.rebuild_from_untyped) if hasattr(ext, "tensor_rebuilder")
                         else tensors.rebuild_from_untyped),
+        provenance_walk=getattr(ext, "provenance_walk", None),  # csrc/provenance_walk.cpp; older builds: None
     )
 
 
@@ -245,6 +248,12 @@ def tensor_rebuild() -> Any:
     ``UntypedStorage``, no state, no gradient, no torch-function mode) without Python frames and hands every
     other call to it unchanged."""
     return _impl.tensor_rebuild
+
+
+def provenance_walk() -> Any:
+    """The compiled walk behind ``overmind.provenance.snapshot`` (``csrc/provenance_walk.cpp``), or ``None`` when
+    the ``python`` implementation is active: provenance then walks in Python. Both build equal snapshots."""
+    return _impl.provenance_walk
 
 
 def script_module_from_storage(storage: torch.UntypedStorage, map_location: Any = None) -> torch.jit.ScriptModule:

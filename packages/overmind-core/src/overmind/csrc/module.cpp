@@ -18,6 +18,9 @@ PYBIND11_MODULE(_C, m) {
         "copying the archive; uncompressed tensor records of a torch.package layout archive are aliased.");
   m.def("tensor_rebuilder", &overmind::tensor_rebuilder, py::arg("fallback"),
         "A compiled rebuild_from_untyped for the common tensor; any other call goes to fallback unchanged.");
+  m.def("provenance_walk", &overmind::provenance_walk, py::arg("root"), py::arg("tensor_type"),
+        py::arg("parameter_type"), py::arg("not_tensor_types"), py::arg("loose_tensors"), py::arg("python_row"),
+        "(modules, rows) of overmind.provenance.snapshot's walk of a module tree, built in C.");
   m.def("arena_open", &overmind::arena_open, py::arg("threshold"),
         "Open a load arena on this thread: its CPU allocations of threshold bytes or more go into one memfd.");
   m.def("arena_close", &overmind::arena_close, py::arg("handle"),

@@ -1,4 +1,4 @@
-// overmind._C: the compiled half of overmind/zerocopy.py.
+// overmind._C: the compiled half of overmind/zerocopy.py (and of the provenance walk, provenance.py).
 //
 // Each function has a pure-Python twin in zerocopy.py with the same signature and behaviour; the test
 // suite runs against both. Keep them in step.
@@ -22,5 +22,11 @@ pybind11::object script_module_from_storage(pybind11::handle storage, std::optio
 // fallback (overmind.tensors' Python rebuild_from_untyped) -> a compiled function with its signature that builds
 // the common tensor itself and hands every other call to fallback unchanged (tensor_rebuild.cpp).
 pybind11::object tensor_rebuilder(pybind11::handle fallback);
+
+// module -> (modules, rows): what overmind.provenance's Python walk builds for a snapshot, equal item for item; the
+// cases off the common path go to loose_tensors and python_row, the Python functions it uses (provenance_walk.cpp).
+pybind11::tuple provenance_walk(pybind11::handle root, pybind11::handle tensor_type, pybind11::handle parameter_type,
+                                pybind11::handle not_tensor_types, pybind11::object loose_tensors,
+                                pybind11::object python_row);
 
 }  // namespace overmind

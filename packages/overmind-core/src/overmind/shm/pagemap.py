@@ -8,7 +8,10 @@ then copies the bytes rather than risk referencing modified ones.
 
 Two ways to ask:
 
-* :func:`all_pristine` reads the pages of the ranges asked about, now (one read per cluster of nearby ranges);
+* :func:`all_pristine` asks about the pages of the ranges now: for each cluster of nearby ranges the kernel's
+  ``PAGEMAP_SCAN`` (Linux 6.7+) looks for a written page without handing over an entry per page (~5 us for a
+  ControlNet's 690 MiB, where reading its 176k entries took ~0.8 ms). Only where it finds one (which may lie in a gap
+  between the ranges) or cannot scan are the entries read and the ranges' own pages looked at;
 * a :class:`PageSnapshot` reads a 64 MiB stretch of address space on its first question there and answers
   every later question in it from that read. One encode asks about thousands of storages lying side by side (a
   checkpoint's tensors in one mapping), and a read per storage cost more in calls than in bytes: ~40 ms of a cold
@@ -53,6 +56,8 @@ def all_pristine(ranges: list[tuple[int, int]]) -> bool:
         fd = _pagemap_fd()
         for span in spans:
             first, last = span[0], span[1]
+            if _scan_finds_no_written_page(fd, first, last):
+                continue  # nothing written anywhere in the cluster, gaps included
             raw = os.pread(fd, (last - first + 1) * 8, first * 8)
             if len(raw) != (last - first + 1) * 8:
                 return False
@@ -62,6 +67,38 @@ def all_pristine(ranges: list[tuple[int, int]]) -> bool:
         interrupts.raise_users(exc)
         return False  # cannot tell: copy the bytes rather than risk referencing modified ones
     return True
+
+
+# PAGEMAP_SCAN (linux/fs.h): _IOWR('f', 16, struct pm_scan_arg), the argument twelve u64s (96 bytes). A page's
+# categories: PAGE_IS_FILE (bit 2, not an anonymous page: the file's or the memfd's own), PAGE_IS_PRESENT (bit 3),
+# PAGE_IS_SWAPPED (bit 4). "Written" is what pagemap's bits say: present or swapped, and not a file page.
+_PAGEMAP_SCAN = (3 << 30) | (96 << 16) | (ord("f") << 8) | 16
+_IS_FILE, _IS_PRESENT, _IS_SWAPPED = 1 << 2, 1 << 3, 1 << 4
+_scan_works = hasattr(os, "pread")  # False once the kernel said it has no PAGEMAP_SCAN: entries are read from then on
+
+
+def _scan_finds_no_written_page(fd: int, first: int, last: int) -> bool:
+    """True when the kernel scanned pages ``first..last`` and found none written; False when it found one, or when
+    it cannot scan (the caller then reads the entries, which also says which pages were written)."""
+    global _scan_works
+    if not _scan_works:
+        return False
+    import ctypes
+    import fcntl
+    import struct
+
+    found = ctypes.create_string_buffer(24)  # one struct page_region: the first written stretch, if any
+    start, end = first * PAGE, (last + 1) * PAGE
+    arg = bytearray(struct.pack("12Q", 96, 0, start, end, 0, ctypes.addressof(found), 1, 1, _IS_FILE, _IS_FILE,
+                                _IS_PRESENT | _IS_SWAPPED, _IS_PRESENT | _IS_SWAPPED))
+    try:
+        regions = fcntl.ioctl(fd, _PAGEMAP_SCAN, arg)
+    except OSError as exc:
+        interrupts.raise_users(exc)
+        _scan_works = False  # ENOTTY on a kernel before 6.7; anything else: the reading answers as before
+        return False
+    walk_end = struct.unpack_from("Q", arg, 32)[0]
+    return regions == 0 and walk_end >= end
 
 
 class PageSnapshot:
