@@ -41,3 +41,28 @@ def test_every_installed_top_level_module_gets_importlib_metadatas_distribution_
         assert got == _importlib_answer(top), top
         checked += 1
     assert checked >= 50  # the venv has torch, diffusers, transformers and their dependencies
+
+
+def _install(folder, version: str) -> None:
+    info = folder / f"omfake-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: omfake\nVersion: {version}\n\nbody\n")
+    (info / "top_level.txt").write_text("omfake\n")
+
+
+def test_a_top_levels_distribution_is_remembered_until_something_is_installed_or_removed(tmp_path, monkeypatch):
+    import shutil
+
+    _install(tmp_path, "1.0")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert code_identity._versions_providing("omfake") == (("omfake", "1.0"),)
+
+    def unread(top):
+        raise AssertionError("read again although nothing was installed or removed")
+
+    with monkeypatch.context() as m:
+        m.setattr(code_identity, "_distributions_providing", unread)
+        assert code_identity._versions_providing("omfake") == (("omfake", "1.0"),)
+    shutil.rmtree(tmp_path / "omfake-1.0.dist-info")  # an upgrade: the folder on sys.path changes
+    _install(tmp_path, "2.0")
+    assert code_identity._versions_providing("omfake") == (("omfake", "2.0"),)

@@ -16,6 +16,7 @@ import os
 import struct
 import sys
 import sysconfig
+import threading
 import types
 from typing import Any, Mapping
 
@@ -96,10 +97,31 @@ def distribution_of(module_name: str) -> tuple | None:
     path = getattr(module, "__file__", None)
     if not path or not _under_installed_root(path):
         return None
-    dists = _distributions_providing(top)
-    if not dists:
-        return None  # a loose file dropped into site-packages: no version to trust, key its code
-    return tuple((d, installed.version(d)) for d in dists)
+    return _versions_providing(top) or None  # none: a loose file dropped into site-packages, key its code
+
+
+_providing: dict[str, tuple] = {}  # top-level module -> (the installed listing read under, its distributions)
+_providing_lock = threading.Lock()
+
+
+def _versions_providing(top: str) -> tuple:
+    """``((distribution, version), ...)`` installing ``top``, remembered while nothing is installed or removed.
+
+    A pipeline's loaders live in several modules of one library (``diffusers.models.autoencoders...``,
+    ``diffusers.pipelines...``): each is a miss of :func:`distribution_of`, and reading the distribution's
+    records again for each cost ~0.5 ms in every warm process. The answer is kept with the listing of installed
+    distributions it was read under (:func:`installed._index`, kept until a folder on ``sys.path`` changes, which
+    installing or removing a package does), so a change on disk is read afresh as before.
+    """
+    listing = installed._index()
+    with _providing_lock:
+        known = _providing.get(top)
+    if known is not None and listing is not None and known[0] is listing:
+        return known[1]
+    found = tuple((d, installed.version(d)) for d in _distributions_providing(top))
+    with _providing_lock:
+        _providing[top] = (listing, found)
+    return found
 
 
 def code_digest(code: types.CodeType) -> str:
