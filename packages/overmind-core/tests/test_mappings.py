@@ -49,6 +49,9 @@ def test_a_mapping_leaves_the_registry_when_its_last_storage_dies():
     del m
     gc.collect()
     assert mappings.contains(ptr)  # the storage keeps the mapping alive
+    assert mappings.contain_all([ptr, ptr + 1]) and mappings.contain_all([])
+    outside = torch.zeros(4).data_ptr()
+    assert not mappings.contain_all([ptr, outside]) and not mappings.contains(outside)
     del s
     gc.collect()
-    assert not mappings.contains(ptr)
+    assert not mappings.contains(ptr) and not mappings.contain_all([ptr])

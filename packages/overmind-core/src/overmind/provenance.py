@@ -198,7 +198,7 @@ def _still_mapped(shot: Any) -> bool:
     from .shm import mappings, pagemap
 
     ranges = [(p, n) for p, n in _ranges(shot) if n]
-    if not all(mappings.contains(p) for p, _ in ranges):
+    if not mappings.contain_all([p for p, _ in ranges]):
         return False  # moved to a GPU, converted, or replaced by a tensor from elsewhere
     return pagemap.all_pristine(ranges)
 

@@ -88,6 +88,13 @@ def contains(ptr: int) -> bool:
         return _live_span(ptr) is not None
 
 
+def contain_all(ptrs: list[int]) -> bool:
+    """Whether every address in ``ptrs`` lies in a live entry mapping: :func:`contains` for each, under one lock
+    (a pipeline's provenance check asks about ~900 storages)."""
+    with _lock:
+        return all(_live_span(p) is not None for p in ptrs)
+
+
 def locate(ptr: int, nbytes: int, pages: PageSnapshot | None = None) -> Location | None:
     """Where ``[ptr, ptr+nbytes)`` lives, if inside a live mapping whose pages there are untouched (asked of
     ``pages``, an encode's snapshot, when given; else read now)."""
