@@ -53,7 +53,13 @@ def test_the_default_preload_imports_the_libraries_and_activates(rt, tmp_path):
 
 
 def test_every_run_draws_fresh_random_numbers(rt, tmp_path):
-    a, b = _run(rt, tmp_path), _run(rt, tmp_path)
-    assert a["ppid"] == b["ppid"], "the same template forked both"
+    # Only two runs forked by one template prove anything. A template stops serving when a module it imported
+    # changes on disk, which a test running beside this one can cause (CI once saw the pair forked by two
+    # templates); then the pair is drawn again.
+    for _attempt in range(3):
+        a, b = _run(rt, tmp_path), _run(rt, tmp_path)
+        if a["ppid"] == b["ppid"]:
+            break
+    assert a["ppid"] == b["ppid"], "no two runs in a row were forked by the same template"
     for generator in ("torch", "numpy", "random", "initial_seed"):
         assert a[generator] != b[generator], generator
