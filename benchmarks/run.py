@@ -71,6 +71,7 @@ def fixture(scale: str, needed: tuple[str, ...] | None = None) -> dict[str, str]
 
 
 WARM_PER_COLD = 1  # --warm-per-cold: warm processes after each cold one
+SETTLE_S = 0.0  # --settle: seconds of quiet before each timed process
 
 
 def timed_modes(h: harness.Harness, script: str, argv: list[str], n: int, tag: str,
@@ -80,7 +81,9 @@ def timed_modes(h: harness.Harness, script: str, argv: list[str], n: int, tag: s
     One plain run first, not counted, brings the files into the page cache, so the first repetition's
     plain process reads them from memory like every later one (and like Overmind's cold process).
     Each repetition runs :data:`WARM_PER_COLD` warm processes; every sample records its repetition
-    (``rep``), and ratios pair a warm sample with the plain one of its repetition.
+    (``rep``), and ratios pair a warm sample with the plain one of its repetition. :data:`SETTLE_S` seconds of
+    quiet go before every timed process, whatever its mode: on this host the first process after one that turned
+    over gigabytes of memory pays more for each fresh page (docs/benchmarks.md, eighteenth session).
     """
     groups: dict[str, list[dict]] = {"plain": [], "cold": [], "warm": []}
     if prime:
@@ -90,6 +93,7 @@ def timed_modes(h: harness.Harness, script: str, argv: list[str], n: int, tag: s
         with h.runtime() as rt:
             order = ["plain", "cold", *warm] if i % 2 == 0 else ["cold", *warm, "plain"]
             for k, mode in enumerate(order):
+                time.sleep(SETTLE_S)
                 sample = h.run_child(script, argv, "plain" if mode == "plain" else "overmind", f"{tag}-{mode}{i}-{k}",
                                      runtime_dir=None if mode == "plain" else rt, env=env)
                 sample["rep"] = i
@@ -280,9 +284,12 @@ def main(argv=None) -> int:
     ap.add_argument("-n", type=int, default=5, help="repetitions (default 5)")
     ap.add_argument("--via", choices=("activate", "load"), default="activate")
     ap.add_argument("--warm-per-cold", type=int, default=1, help="warm processes after each cold one (default 1)")
+    ap.add_argument("--settle", type=float, default=0.0,
+                    help="seconds of quiet before every timed process, plain, cold and warm alike (default 0)")
     args = ap.parse_args(argv)
-    global WARM_PER_COLD
+    global WARM_PER_COLD, SETTLE_S
     WARM_PER_COLD = max(1, args.warm_per_cold)
+    SETTLE_S = max(0.0, args.settle)
     names = ALL if args.scenarios == ["all"] else args.scenarios
     stamp = time.strftime("%Y%m%d-%H%M%S")
     os.makedirs(RESULTS, exist_ok=True)
@@ -293,7 +300,8 @@ def main(argv=None) -> int:
         n = int(reps) if reps else args.n
         command = f"python benchmarks/run.py {name} --scale {args.scale} -n {n}" + \
                   (f" --via {args.via}" if args.via != "activate" else "") + \
-                  (f" --warm-per-cold {WARM_PER_COLD}" if WARM_PER_COLD != 1 else "")
+                  (f" --warm-per-cold {WARM_PER_COLD}" if WARM_PER_COLD != 1 else "") + \
+                  (f" --settle {SETTLE_S:g}" if SETTLE_S else "")
         print(f"run.py: {command}", file=sys.stderr, flush=True)
         text, groups = run_one(name, h, args.scale, n)
         out = os.path.join(RESULTS, f"{name}-{args.scale}-{stamp}")
