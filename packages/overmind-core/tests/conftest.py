@@ -45,6 +45,23 @@ def sealed_memfd():
             os.close(fd)
 
 
+@pytest.fixture(scope="session")
+def compiled_function():
+    """``compiled_function(name)``: that function of ``overmind._C``; skips the test when the extension does not
+    import here, or was built before it had ``name``."""
+    def get(name: str):
+        problem = _extension_problem()
+        if problem:
+            pytest.skip(f"overmind._C does not import here ({problem})")
+        from overmind import _C
+
+        if not hasattr(_C, name):
+            pytest.skip(f"overmind._C predates {name}: rebuild it with scripts/setup")
+        return getattr(_C, name)
+
+    return get
+
+
 def _extension_problem() -> str | None:
     try:
         import overmind._C  # noqa: F401

@@ -20,17 +20,12 @@ from overmind import provenance
 
 
 @pytest.fixture(scope="module")
-def walk():
-    try:
-        from overmind import _C
-    except Exception as exc:  # noqa: BLE001 - the reason is the skip message
-        pytest.skip(f"overmind._C does not import here ({type(exc).__name__}: {exc})")
-    if not hasattr(_C, "provenance_walk"):
-        pytest.skip("overmind._C predates provenance_walk: rebuild it with scripts/setup")
+def walk(compiled_function):
+    provenance_walk = compiled_function("provenance_walk")
 
     def compiled(module):
-        return _C.provenance_walk(module, torch.Tensor, torch.nn.Parameter, provenance._not_tensor_types,
-                                  provenance._loose_tensors, provenance._tensor_row)
+        return provenance_walk(module, torch.Tensor, torch.nn.Parameter, provenance._not_tensor_types,
+                               provenance._loose_tensors, provenance._tensor_row)
     return compiled
 
 

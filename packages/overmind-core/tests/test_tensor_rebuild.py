@@ -28,14 +28,8 @@ STORAGE_BYTES = 4096
 
 
 @pytest.fixture(scope="module")
-def compiled():
-    try:
-        from overmind import _C
-    except Exception as exc:  # noqa: BLE001 - the reason is the skip message
-        pytest.skip(f"overmind._C does not import here ({type(exc).__name__}: {exc})")
-    if not hasattr(_C, "tensor_rebuilder"):
-        pytest.skip("overmind._C predates tensor_rebuilder: rebuild it with scripts/setup")
-    return _C.tensor_rebuilder(tensors.rebuild_from_untyped)
+def compiled(compiled_function):
+    return compiled_function("tensor_rebuilder")(tensors.rebuild_from_untyped)
 
 
 class Recorder(TorchDispatchMode):

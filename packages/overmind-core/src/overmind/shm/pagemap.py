@@ -74,7 +74,7 @@ def all_pristine(ranges: list[tuple[int, int]]) -> bool:
 # PAGE_IS_SWAPPED (bit 4). "Written" is what pagemap's bits say: present or swapped, and not a file page.
 _PAGEMAP_SCAN = (3 << 30) | (96 << 16) | (ord("f") << 8) | 16
 _IS_FILE, _IS_PRESENT, _IS_SWAPPED = 1 << 2, 1 << 3, 1 << 4
-_scan_works = hasattr(os, "pread")  # False once the kernel said it has no PAGEMAP_SCAN: entries are read from then on
+_scan_works = True  # False once the kernel said it has no PAGEMAP_SCAN: entries are read from then on
 
 
 def _scan_finds_no_written_page(fd: int, first: int, last: int) -> bool:
