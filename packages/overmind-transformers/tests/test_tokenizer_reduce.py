@@ -87,3 +87,45 @@ def test_other_tokenizers_rebuild_exactly(builder, tmp_path):
     tok = AutoTokenizer.from_pretrained(folder)
     assert reduce_fast_tokenizer(tok) is not NotImplemented
     assert behaviour(roundtrip(tok)) == behaviour(tok)
+
+
+@pytest.mark.parametrize("own_merges", ["shared", "different", "absent"])
+def test_the_vocab_and_merges_travel_as_one_inner_pickle(clip_dir, own_merges):
+    """The vocab and merges are a pickle of their own (read inside the rebuild, so their strings are freed as soon
+    as BPE() has copied them); merges equal to the tokenizer's own ``_merges`` are left out of it, and taken from
+    the tokenizer's state."""
+    from transformers import CLIPTokenizerFast as CLIPTokenizer
+
+    tok = CLIPTokenizer.from_pretrained(clip_dir)
+    merges = vars(tok).get("_merges")
+    if own_merges == "shared":
+        assert isinstance(merges, list)  # CLIP keeps the list it read from merges.txt
+    elif own_merges == "different":
+        vars(tok)["_merges"] = [("x", "y")]
+    else:
+        vars(tok).pop("_merges", None)
+    parts = reduce_fast_tokenizer(tok)[1][1]
+    assert parts[0] == "bpe-packed"
+    vocab, inner_merges = pickle.loads(parts[2])
+    assert vocab == tok.backend_tokenizer.get_vocab(with_added_tokens=False)
+    if own_merges == "shared":
+        assert inner_merges is None and parts[3] is vars(tok)["_merges"]
+    else:
+        assert isinstance(inner_merges, list) and len(inner_merges) > 200 and parts[3] is None
+    rebuilt = roundtrip(tok)
+    assert behaviour(rebuilt) == behaviour(tok)
+    assert vars(rebuilt).get("_merges") == vars(tok).get("_merges")
+
+
+def test_an_entry_of_the_earlier_unpacked_form_still_rebuilds(clip_dir):
+    """A server started by an earlier Overmind holds entries whose parts carry the vocab and merges themselves."""
+    from transformers import CLIPTokenizerFast as CLIPTokenizer
+
+    from overmind_transformers.tokenizer_reduce import _build_backend
+
+    tok = CLIPTokenizer.from_pretrained(clip_dir)
+    _, shell, table, shared, params, added = reduce_fast_tokenizer(tok)[1][1]
+    vocab, merges = pickle.loads(table)
+    backend = _build_backend(("bpe", shell, vocab, merges if merges is not None else shared, params, added))
+    assert backend.to_str() == _build_backend(("bpe-packed", shell, table, shared, params, added)).to_str()
+    assert backend.to_str() == tok.backend_tokenizer.to_str()

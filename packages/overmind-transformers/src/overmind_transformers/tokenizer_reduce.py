@@ -8,15 +8,21 @@ it ``decode`` leaves ``</w>`` in the text).
 
 This reducer splits a BPE backend into a shell (normalizer, pre-tokenizer, post-processor, decoder, padding,
 truncation: the JSON without vocab, merges and added tokens, which parses in microseconds), the vocab dict and
-merges list (plain pickle, fast), and the added tokens with their ids. Rebuilding sets ``shell.model =
-BPE(vocab, merges, ...)`` and adds the added tokens back, then checks that every added token got its recorded
-id, and falls back to the full JSON if not. Other model types (WordPiece, Unigram, WordLevel) keep the JSON.
+merges list (plain pickle, fast), and the added tokens with their ids. The vocab and merges are pickled on their
+own, as one ``bytes`` inside the entry's pickle, and read back inside the rebuild: their ~100k strings and tuples
+then live only while ``BPE()`` copies them. Unpickled as part of a pipeline they lived until its whole unpickle
+ended (the unpickler's memo holds every object), and the modules allocated meanwhile kept the freed memory
+resident: ~3 MiB of empty allocator pools in every process (docs/benchmarks.md, nineteenth session).
+Rebuilding sets ``shell.model = BPE(vocab, merges, ...)`` and adds the added tokens back, then checks that every
+added token got its recorded id, and falls back to the full JSON if not. Other model types (WordPiece, Unigram,
+WordLevel) keep the JSON.
 The tokenizer's own attributes are restored without running ``__init__``. Registered for
 ``TokenizersBackend`` (``PreTrainedTokenizerFast`` in transformers 4.x), so it covers every fast tokenizer.
 """
 from __future__ import annotations
 
 import json
+import pickle
 from typing import Any
 
 _BPE_PARAMS = ("dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk",
@@ -39,7 +45,7 @@ def _split_backend_once(backend: Any, shared_merges: Any) -> tuple:
     last = memo.get("last")
     if last is not None and last[0] == text and type(last[1]) is type(shared_merges) and last[1] == shared_merges:
         parts = last[2]
-        if parts[0] == "bpe" and parts[3] is last[1]:
+        if parts[0] == "bpe-packed" and parts[3] is not None and parts[3] is last[1]:
             parts = (*parts[:3], shared_merges, *parts[4:])  # what the split of this tokenizer holds
         return parts
     parts = _split_backend(text, shared_merges)
@@ -48,8 +54,9 @@ def _split_backend_once(backend: Any, shared_merges: Any) -> tuple:
 
 
 def _split_backend(text: str, shared_merges: Any) -> tuple:
-    """``("json", text)`` or ``("bpe", shell_json, vocab, merges, params, added_tokens)`` for a backend's
-    ``to_str()`` text."""
+    """``("json", text)`` or ``("bpe-packed", shell_json, table, shared_merges, params, added_tokens)`` for a
+    backend's ``to_str()`` text: ``table`` is the pickle of ``(vocab, merges)``, with ``merges`` None where they are
+    ``shared_merges``, the tokenizer's own list (pickled once, with the tokenizer)."""
     doc = json.loads(text)
     model = doc.get("model") or {}
     vocab, merges = model.get("vocab"), model.get("merges")
@@ -58,9 +65,9 @@ def _split_backend(text: str, shared_merges: Any) -> tuple:
     pairs = all(type(m) is list and len(m) == 2 for m in merges)  # what tokenizers >= 0.20 writes
     if not pairs:
         merges = [tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in merges]
-    if isinstance(shared_merges, list) and shared_merges == (
-            [(a, b) for a, b in merges] if pairs else merges):
-        merges = shared_merges  # CLIP keeps the same list on the tokenizer (transformers 4.x): pickle it once
+    shared = isinstance(shared_merges, list) and shared_merges == ([(a, b) for a, b in merges] if pairs else merges)
+    if shared:
+        merges = shared_merges  # CLIP keeps the same list on the tokenizer: pickle it once, with the tokenizer
     else:
         # The halves of a merge are tokens of the vocab: made the vocab's own string objects, the pickle holds
         # each once (a memo reference in the merges), and a rebuild creates 98k fewer strings (~5 ms for CLIP).
@@ -73,8 +80,9 @@ def _split_backend(text: str, shared_merges: Any) -> tuple:
             merges = [(get(m[0], m[0]), get(m[1], m[1])) if len(m) == 2 else m for m in merges]
     params = {k: model[k] for k in _BPE_PARAMS if k in model}
     added = doc.get("added_tokens") or []
-    shell = dict(doc, added_tokens=[], model=dict(model, vocab={}, merges=[]))
-    return ("bpe", json.dumps(shell), vocab, merges, params, added)
+    shell = json.dumps(dict(doc, added_tokens=[], model=dict(model, vocab={}, merges=[])))
+    table = pickle.dumps((vocab, None if shared else merges), protocol=pickle.HIGHEST_PROTOCOL)
+    return ("bpe-packed", shell, table, merges if shared else None, params, added)
 
 
 def _build_backend(parts: tuple) -> Any:
@@ -82,7 +90,13 @@ def _build_backend(parts: tuple) -> Any:
 
     if parts[0] == "json":
         return Tokenizer.from_str(parts[1])
-    _, shell, vocab, merges, params, added = parts
+    if parts[0] == "bpe-packed":
+        _, shell, table, shared_merges, params, added = parts
+        vocab, merges = pickle.loads(table)
+        if merges is None:
+            merges = shared_merges
+    else:  # "bpe": an entry written before the packed form (a server started by an earlier Overmind)
+        _, shell, vocab, merges, params, added = parts
     from tokenizers.models import BPE
 
     backend = Tokenizer.from_str(shell)
