@@ -60,13 +60,13 @@ def test_the_module_prints_usage_for_help_and_exits_2_on_a_bad_argument(tmp_path
     assert bad.returncode == 2 and "error: unrecognized argument: --bogus" in bad.stderr, bad.stderr
 
 
-def test_the_server_imports_neither_argparse_nor_hashlib_nor_secrets_nor_typing_at_its_start():
-    # As the launcher runs it: python -S, overmind on PYTHONPATH.
+def test_the_server_imports_neither_argparse_nor_hashlib_nor_logging_nor_dataclasses_at_its_start():
+    # As the launcher runs it: python -S, overmind on PYTHONPATH; what its main() imports before serving too.
     from overmind.launcher import server_env
 
-    code = ("import sys, overmind.server.__main__, overmind.server.daemon, overmind.server.logfile\n"
-            "print(sorted(m for m in ('argparse', 'hashlib', '_hashlib', 'secrets', 'gettext', 'shutil', 'typing') "
-            "if m in sys.modules))")
+    code = ("import sys, overmind.server.__main__, overmind.server.daemon, overmind.server.log, overmind.settings\n"
+            "print(sorted(m for m in ('argparse', 'hashlib', '_hashlib', 'secrets', 'gettext', 'shutil', 'typing', "
+            "'logging', 'dataclasses', 'inspect', 'pickle', 'traceback') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-S", "-c", code], env=server_env(), capture_output=True, text=True,
                          check=True, cwd=os.path.dirname(os.path.abspath(__file__)))
     assert out.stdout.strip() == "[]", out.stdout

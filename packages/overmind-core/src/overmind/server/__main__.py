@@ -11,7 +11,6 @@ process that lives for hours. ``overmind serve`` (``cli.py``) is the command wit
 """
 from __future__ import annotations
 
-import logging
 import sys
 
 from .. import runtime
@@ -19,6 +18,7 @@ from ..errors import OvermindError
 from .budget import ENV_MAX_BYTES, max_bytes_from_env, parse_size
 from .daemon import AlreadyRunning, Server
 from .limits import Limits
+from .log import log
 
 USAGE = ("usage: python -m overmind.server [--runtime-dir D] [--foreground] [--max-bytes SIZE]\n"
          "  --runtime-dir D   runtime directory (default: $OVERMIND_RUNTIME_DIR, $XDG_RUNTIME_DIR/overmind or "
@@ -86,27 +86,17 @@ def main(argv: list[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return runtime.EXIT_ALREADY_RUNNING
     except OvermindError as exc:
-        logging.getLogger("overmind.server").error("%s", exc)
+        log.error("%s", exc)
         print(f"overmind server: {exc}", file=sys.stderr)
         return 2
     return 0
 
 
 def _setup_logging(path: str, foreground: bool) -> None:
-    fmt = logging.Formatter("%(asctime)s pid %(process)d %(threadName)s %(levelname)s %(message)s")
-    logger = logging.getLogger("overmind.server")
-    logger.setLevel(logging.INFO)
-    # Rotated at OVERMIND_LOG_MAX_BYTES, and reopened when a tmp cleaner removes it (server/logfile.py).
+    # Rotated at OVERMIND_LOG_MAX_BYTES, and reopened when a tmp cleaner removes it (server/log.py).
     from ..settings import current
-    from .logfile import ServerLogHandler
 
-    handler = ServerLogHandler(path, current().log_max_bytes)
-    handler.setFormatter(fmt)
-    logger.addHandler(handler)
-    if foreground:
-        console = logging.StreamHandler(sys.stderr)
-        console.setFormatter(fmt)
-        logger.addHandler(console)
+    log.open(path, current().log_max_bytes, foreground)
 
 
 if __name__ == "__main__":

@@ -8,18 +8,17 @@ the JSON of the request.
 """
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import struct
 import sys
 import time
-from dataclasses import dataclass
 
 from .. import __version__
 from ..protocol import PROTOCOL_VERSION, close_fds
 from . import blobs
 from .entries import GetOutcome, StoreError
+from .log import log
 from .wire import FrameReader, Outbox
 
 TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
@@ -28,7 +27,6 @@ if TYPE_CHECKING:
 
     from .daemon import Server
 
-log = logging.getLogger("overmind.server")
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
@@ -45,14 +43,14 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
     return _PEERCRED.unpack(raw)
 
 
-@dataclass
 class Waiting:
-    """A ``get`` parked on another connection's claim."""
+    """A ``get`` parked on another connection's claim; ``deadline`` is monotonic, None waits for as long as the
+    claim is held."""
 
-    msg: dict[str, Any]
-    key: str
-    claim: bool
-    deadline: float | None  # monotonic; None waits for as long as the claim is held
+    __slots__ = ("msg", "key", "claim", "deadline")
+
+    def __init__(self, msg: dict[str, Any], key: str, claim: bool, deadline: float | None) -> None:
+        self.msg, self.key, self.claim, self.deadline = msg, key, claim, deadline
 
 
 class Connection:

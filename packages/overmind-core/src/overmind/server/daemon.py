@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import fcntl
 import itertools
-import logging
 import os
 import resource
 import selectors
@@ -32,9 +31,9 @@ from .connection import Connection, peer_credentials
 from .entries import Store, process_owner
 from .handoff import SpawnerClaim
 from .limits import Limits
+from .log import INFO, WARNING, log
 from .wire import BufferBudget, FrameReader
 
-log = logging.getLogger("overmind.server")
 WATCH_EVERY_S = 0.25  # how often the runtime directory is checked (a client waits at most about this long)
 _ACCEPT_BACKOFF_S = 0.1  # after accept() fails (EMFILE, ENOMEM): stop accepting this long
 _STOP_FLUSH_S = 1.0  # at shutdown, how long queued replies (the 'stop' reply) may take to go out
@@ -301,7 +300,7 @@ class Server:
             self._close(conn, None)
             return
         except FrameError as exc:
-            self._close(conn, f"closing {conn}: {exc}", logging.WARNING)
+            self._close(conn, f"closing {conn}: {exc}", WARNING)
             return
         except OSError as exc:
             self._close(conn, f"{conn} failed: {exc}")
@@ -329,7 +328,7 @@ class Server:
             self._sel.modify(conn.sock, want, conn)
             self._events[conn.conn_id] = want
 
-    def _close(self, conn: Connection, why: str | None, level: int = logging.INFO) -> None:
+    def _close(self, conn: Connection, why: str | None, level: int = INFO) -> None:
         if self._conns.pop(conn.conn_id, None) is None:
             return
         if why:
@@ -380,7 +379,7 @@ class Server:
                 self._close(conn, f"closing {conn}: no hello within {limits.hello_timeout:g} s")
             elif conn.reader.started is not None and now - conn.reader.started > limits.frame_timeout:
                 self._close(conn, f"closing {conn}: a frame begun {limits.frame_timeout:g} s ago is still "
-                            f"incomplete", logging.WARNING)
+                            f"incomplete", WARNING)
             elif not conn.busy and now - conn.last_active > limits.idle_timeout:
                 self._close(conn, f"closing {conn}: idle for {limits.idle_timeout:g} s and holding nothing")
         self._settle()

@@ -23,21 +23,19 @@ it out of service, and the get answers as for a missing key.
 from __future__ import annotations
 
 import itertools
-import logging
 import os
 import stat
 import time
-from dataclasses import dataclass, field
 
 from ..errors import OvermindError
 from ..protocol import FILE_IDENTITY_FIELDS, file_entry_id, file_identity, is_file_entry
 from . import blobs, sealing
+from .log import log
 
 TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
 if TYPE_CHECKING:
     from typing import Any
 
-log = logging.getLogger("overmind.server")
 
 
 class StoreError(OvermindError):
@@ -48,24 +46,29 @@ class StoreError(OvermindError):
         self.reason = reason
 
 
-@dataclass
 class Entry:
-    """One published memfd and what the server knows about it."""
+    """One published memfd and what the server knows about it.
 
-    entry_id: str
-    key: str
-    fd: int
-    nbytes: int
-    meta: dict[str, Any]
-    deps: list[str]
-    created: float
-    last_used: float
-    lru: int
-    hits: int = 0
-    referenced_by: set[str] = field(default_factory=set)
-    bad: bool = False  # out of service: kept only while other entries reference it
-    path: str = ""  # a file entry's: the checkpoint file's path as the publisher saw it
-    identity: dict[str, int] | None = None  # a file entry's: protocol.file_identity when published
+    ``bad``: out of service, kept only while other entries reference it. A file entry's ``path`` is the checkpoint
+    file's path as the publisher saw it, and its ``identity`` the ``protocol.file_identity`` when published (None
+    for a memfd entry)."""
+
+    __slots__ = ("entry_id", "key", "fd", "nbytes", "meta", "deps", "created", "last_used", "lru", "hits",
+                 "referenced_by", "bad", "path", "identity")
+
+    def __init__(self, entry_id: str, key: str, fd: int, nbytes: int, meta: dict[str, Any], deps: list[str],
+                 created: float, last_used: float, lru: int, path: str = "",
+                 identity: dict[str, int] | None = None) -> None:
+        self.entry_id, self.key, self.fd, self.nbytes, self.meta, self.deps = entry_id, key, fd, nbytes, meta, deps
+        self.created, self.last_used, self.lru = created, last_used, lru
+        self.hits = 0
+        self.referenced_by: set[str] = set()
+        self.bad = False
+        self.path = path
+        self.identity = identity
+
+    def __repr__(self) -> str:
+        return f"Entry({self.entry_id!r}, key={self.key!r}, nbytes={self.nbytes}, file={self.is_file})"
 
     @property
     def is_file(self) -> bool:
@@ -105,14 +108,16 @@ class Entry:
                 **{f: self.identity[f] for f in FILE_IDENTITY_FIELDS}}
 
 
-@dataclass
 class GetOutcome:
     """What ``Store.get`` decided; ``fds`` (duplicates, owned by the caller) go with ``fd_entries``."""
 
-    status: str
-    entry: dict[str, Any] | None = None
-    fd_entries: list[str] = field(default_factory=list)
-    fds: list[int] = field(default_factory=list)
+    __slots__ = ("status", "entry", "fd_entries", "fds")
+
+    def __init__(self, status: str, entry: dict[str, Any] | None = None, fd_entries: list[str] | None = None,
+                 fds: list[int] | None = None) -> None:
+        self.status, self.entry = status, entry
+        self.fd_entries = [] if fd_entries is None else fd_entries
+        self.fds = [] if fds is None else fds
 
 
 def process_owner(pid: int) -> int:

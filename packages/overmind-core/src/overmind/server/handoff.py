@@ -15,10 +15,9 @@ runs once however many processes start together.
 """
 from __future__ import annotations
 
-import logging
 import os
 
-log = logging.getLogger("overmind.server")
+from .log import log
 
 
 class SpawnerClaim:

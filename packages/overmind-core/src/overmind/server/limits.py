@@ -8,7 +8,7 @@ The timeouts can be changed through the environment the server starts with (test
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..records import Frozen
 
 TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
 if TYPE_CHECKING:
@@ -19,23 +19,34 @@ ENV_IDLE_TIMEOUT = "OVERMIND_IDLE_TIMEOUT"
 ENV_FRAME_TIMEOUT = "OVERMIND_FRAME_TIMEOUT"
 
 
-@dataclass(frozen=True)
-class Limits:
-    """What one connection may take; see the module docstring."""
+class Limits(Frozen):
+    """What one connection may take; see the module docstring.
 
-    # A connection must complete its hello this soon after it connects, or it is closed.
-    hello_timeout: float = 10.0
-    # A connection that holds no claim, waits on nothing and sent nothing for this long is closed; the
-    # client reconnects on its next request.
-    idle_timeout: float = 600.0
-    # A frame begun must be complete this soon after its first byte.
-    frame_timeout: float = 30.0
-    # The largest request frame accepted (a publish with its metadata is a few KiB).
-    max_request_bytes: int = 1 << 20
-    # Frames up to this size are read without asking the shared buffer budget.
-    small_frame_bytes: int = 64 << 10
-    # All frames larger than small_frame_bytes being received at once, together, at most.
-    max_buffered_bytes: int = 32 << 20
+    - ``hello_timeout``: a connection must complete its hello this soon after it connects, or it is closed.
+    - ``idle_timeout``: a connection that holds no claim, waits on nothing and sent nothing for this long is
+      closed; the client reconnects on its next request.
+    - ``frame_timeout``: a frame begun must be complete this soon after its first byte.
+    - ``max_request_bytes``: the largest request frame accepted (a publish with its metadata is a few KiB).
+    - ``small_frame_bytes``: frames up to this size are read without asking the shared buffer budget.
+    - ``max_buffered_bytes``: all frames larger than ``small_frame_bytes`` being received at once, together,
+      at most.
+    """
+
+    __slots__ = _fields = _compared = ("hello_timeout", "idle_timeout", "frame_timeout", "max_request_bytes",
+                                       "small_frame_bytes", "max_buffered_bytes")
+    hello_timeout: float
+    idle_timeout: float
+    frame_timeout: float
+    max_request_bytes: int
+    small_frame_bytes: int
+    max_buffered_bytes: int
+
+    def __init__(self, hello_timeout: float = 10.0, idle_timeout: float = 600.0, frame_timeout: float = 30.0,
+                 max_request_bytes: int = 1 << 20, small_frame_bytes: int = 64 << 10,
+                 max_buffered_bytes: int = 32 << 20) -> None:
+        for name, value in zip(self._fields, (hello_timeout, idle_timeout, frame_timeout, max_request_bytes,
+                                              small_frame_bytes, max_buffered_bytes)):
+            object.__setattr__(self, name, value)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Limits:
