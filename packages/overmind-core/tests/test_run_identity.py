@@ -125,6 +125,11 @@ def test_a_variable_the_preloaded_imports_read_gets_its_own_template(rt, tmp_pat
 def test_exit_status_is_the_programs(rt, tmp_path, body, code):
     script = rs.write(str(tmp_path), "prog.py", body + "\n")
     served = rs.run([script], rt)
+    for _ in range(2):  # a test beside this one installed or removed a package since the template started: the
+        # program rightly ran with plain python and said so (seen once in CI); a fresh template has this key again
+        if "has another key than this process" not in served.stderr:
+            break
+        served = rs.run([script], rt)
     plain = subprocess.run([sys.executable, script], capture_output=True, text=True)
     assert served.returncode == plain.returncode == code
     assert served.stderr == plain.stderr
