@@ -45,7 +45,7 @@ def _split_backend_once(backend: Any, shared_merges: Any) -> tuple:
     last = memo.get("last")
     if last is not None and last[0] == text and type(last[1]) is type(shared_merges) and last[1] == shared_merges:
         parts = last[2]
-        if parts[0] == "bpe-packed" and parts[3] is not None and parts[3] is last[1]:
+        if parts[0] == "bpe-packed" and parts[3] is last[1]:
             parts = (*parts[:3], shared_merges, *parts[4:])  # what the split of this tokenizer holds
         return parts
     parts = _split_backend(text, shared_merges)

@@ -6,9 +6,9 @@ A line reads ``2026-12-03 23:14:05,123 pid 4242 MainThread INFO published ...``.
 on the next line. ``--foreground`` also writes each line to stderr. Before :meth:`ServerLog.open`, warnings and
 errors go to stderr alone.
 
-Not ``logging``: the server lives for hours beside the users' processes, and ``logging`` with its rotating handler
-(which imports ``pickle``, ``queue``, ``traceback``, ``string``, ``weakref``) was ~1.2 MiB of the server's ~10 MiB
-of memory (docs/benchmarks.md, nineteenth session). ``traceback`` is imported only to log an exception.
+Not ``logging``: the server lives for hours beside the users' processes, and ``logging`` alone was ~1.1 MiB of the
+server's ~10 MiB of memory, before its rotating handler (which imports ``pickle`` and ``queue``; docs/benchmarks.md,
+nineteenth session). ``traceback`` is imported only to log an exception.
 """
 from __future__ import annotations
 
