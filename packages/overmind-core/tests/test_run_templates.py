@@ -68,9 +68,20 @@ def test_a_template_with_a_second_thread_refuses_to_fork_and_says_why(rt, tmp_pa
 
 def test_a_template_killed_mid_request_falls_back_to_plain_python(rt, tmp_path):
     script = rs.write(str(tmp_path), "prog.py", PPID)
+    for _ in range(3):
+        out, err, template = _kill_the_template_mid_request(rt, script)
+        # A test beside this one installed or removed a package meanwhile (seen once in the suite): this run's
+        # key is another, so a new template rightly served it, without a word. Try again with that one.
+        if int(out.split()[0]) not in {t["pid"] for t in rs.templates(rt)}:
+            break
+    assert out.split()[1] == "during" and out.split()[0] != str(template["pid"])
+    warned = rs.warnings_in(err)
+    assert len(warned) == 1 and "did not start the program" in warned[0], err
+
+
+def _kill_the_template_mid_request(rt, script):
     first = rs.run([script, "warm"], rt)
-    (template,) = rs.templates(rt)
-    assert first.stdout.split()[0] == str(template["pid"])
+    [template] = [t for t in rs.templates(rt) if str(t["pid"]) == first.stdout.split()[0]]
     os.kill(template["pid"], signal.SIGSTOP)  # it takes no request now; the kernel still queues connections
     try:
         proc = rs.start([script, "during"], rt)
@@ -80,9 +91,7 @@ def test_a_template_killed_mid_request_falls_back_to_plain_python(rt, tmp_path):
         os.kill(template["pid"], signal.SIGKILL)
     out, err = proc.communicate(timeout=240)
     assert proc.returncode == 0
-    assert out.split()[1] == "during" and out.split()[0] != str(template["pid"])
-    warned = rs.warnings_in(err)
-    assert len(warned) == 1 and "did not start the program" in warned[0], err
+    return out, err, template
 
 
 RECVMSG = {"x86_64": "47", "aarch64": "212"}.get(platform.machine(), "47")

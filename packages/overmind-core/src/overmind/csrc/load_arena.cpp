@@ -7,7 +7,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -52,9 +55,11 @@ struct Range {
 
 std::mutex g_mu;                                 // guards the two maps below and the install count
 std::unordered_map<void*, Range*> g_ranges;      // address -> range, for the deleter (raw_allocate-compatible)
+std::unordered_map<void*, uint64_t> g_own;       // address -> size of another thread's own mappings (below)
 std::unordered_map<int64_t, std::shared_ptr<Arena>> g_handles;
 int64_t g_next_handle = 1;
 int64_t g_open = 0;  // arenas open in this process: the allocator is installed while > 0
+std::atomic<uint64_t> g_own_threshold{UINT64_MAX};  // the smallest threshold of the open arenas (g_mu writes)
 
 thread_local std::vector<std::shared_ptr<Arena>> t_arenas;  // this thread's open arenas, innermost last
 
@@ -62,13 +67,21 @@ c10::DeleterFnPtr g_base_raw_deleter = nullptr;
 
 void release_range(void* ptr) {
   Range* r = nullptr;
+  uint64_t own_size = 0;
   {
     std::lock_guard<std::mutex> g(g_mu);
     auto it = g_ranges.find(ptr);
     if (it != g_ranges.end()) {
       r = it->second;
       g_ranges.erase(it);
+    } else if (auto own = g_own.find(ptr); own != g_own.end()) {
+      own_size = own->second;
+      g_own.erase(own);
     }
+  }
+  if (own_size > 0) {  // another thread's own mapping: its pages go back to the system now
+    ::munmap(ptr, own_size);
+    return;
   }
   if (r == nullptr) {  // an allocation of the allocator beneath (reached through raw_deallocate)
     if (g_base_raw_deleter != nullptr) {
@@ -98,8 +111,29 @@ struct PlacingAllocator final : c10::Allocator {
         // context == data, as raw_allocate requires; release_range finds the range by address
         return {p, p, &release_range, c10::Device(c10::DeviceType::CPU)};
       }
+    } else if (t_arenas.empty() && n >= own_threshold() && n > 0) {
+      if (void* p = own_mapping(n)) {
+        return {p, p, &release_range, c10::Device(c10::DeviceType::CPU)};
+      }
     }
     return base->allocate(n);
+  }
+
+  static uint64_t own_threshold() { return g_own_threshold.load(std::memory_order_relaxed); }
+
+  // Another thread's large allocation while an arena is open (a loader's worker threads: transformers 5
+  // converts in a thread pool): a private anonymous mapping of its own, so that freeing it gives its pages
+  // back. From the heap, it would come from that thread's malloc arena, whose freed top glibc keeps (the miss
+  // frees the loader's result once it is rebuilt from the entry; malloc_trim does not trim a thread's arena).
+  static void* own_mapping(uint64_t n) {
+    uint64_t size = round_up(n, kPage);
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      return nullptr;  // the heap, as before
+    }
+    std::lock_guard<std::mutex> g(g_mu);
+    g_own[p] = size;
+    return p;
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return &release_range; }
@@ -164,6 +198,7 @@ void uninstall_locked() {
   if (--g_open > 0) {
     return;
   }
+  g_own_threshold = UINT64_MAX;
   if (c10::GetCPUAllocator() == &g_allocator && g_allocator.base != nullptr) {
     c10::SetCPUAllocator(g_allocator.base, 0);  // g_allocator keeps its base: cached pointers still work
   }
@@ -199,6 +234,7 @@ int64_t arena_open(int64_t threshold) {
     install_locked();  // throws before anything is registered
     handle = g_next_handle++;
     g_handles[handle] = arena;
+    g_own_threshold = std::min(g_own_threshold.load(), arena->threshold);
   }
   t_arenas.push_back(arena);
   return handle;

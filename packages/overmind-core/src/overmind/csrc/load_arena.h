@@ -2,8 +2,10 @@
 //
 // While a thread has an arena open, every CPU allocation it makes of at least the arena's threshold is a
 // page-aligned range of that arena's memfd, mapped shared: the loader's converted tensors are written there
-// once, by the conversion itself, instead of into the heap and then copied into an entry. No Python twin:
-// without the extension every storage is copied as before.
+// once, by the conversion itself, instead of into the heap and then copied into an entry. Meanwhile another
+// thread's allocation of that size is a private anonymous mapping of its own, unmapped when freed (a loader's
+// worker threads: the miss frees their tensors once its result is rebuilt from the entry, and glibc would keep
+// them in the thread's malloc arena). No Python twin: without the extension every storage is copied as before.
 #pragma once
 
 #include <cstdint>
