@@ -17,6 +17,8 @@ import weakref
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from overmind import zerocopy
 
@@ -56,6 +58,53 @@ def test_data_ptr_is_the_address_inside_the_mapping(impl, mapping, offset, lengt
     assert storage.nbytes() == length
     assert storage.device.type == "cpu"
     assert as_bytes(storage) == PATTERN[offset : offset + length]
+
+
+# --- a range of one view (a mapped entry's storages, shm/reader.py) -------------------------------------
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(offset=st.integers(-2, len(PATTERN) + 2), nbytes=st.integers(-3, len(PATTERN) + 2), whole=st.booleans())
+def test_a_range_is_the_slice_it_names_or_a_clear_error(impl, sealed_memfd, offset, nbytes, whole):
+    fd = sealed_memfd(PATTERN)
+    mm = mmap.mmap(fd, len(PATTERN), access=mmap.ACCESS_COPY)
+    buf = mm if whole else memoryview(mm)
+    end = len(PATTERN) if nbytes < 0 else offset + nbytes
+    if offset < 0 or offset > len(PATTERN) or end > len(PATTERN) or end < offset:
+        with pytest.raises(ValueError, match="lie outside the buffer"):
+            zerocopy.storage_from_buffer_range(buf, offset, nbytes)
+    else:
+        _check_range(mm, buf, offset, end, nbytes)
+    if not whole:
+        buf.release()
+    gc.collect()
+    mm.close()  # no export is left behind, for a storage or for an error
+
+
+def _check_range(mm, buf, offset, end, nbytes):
+    storage = zerocopy.storage_from_buffer_range(buf, offset, nbytes)
+    assert storage.nbytes() == end - offset
+    if end > offset:  # an empty storage points nowhere, as storage_from_buffer's does
+        assert storage.data_ptr() == address_of(mm) + offset
+        assert as_bytes(storage) == PATTERN[offset:end]
+
+
+def test_a_range_keeps_the_mapping_alive_and_guards_it(impl, sealed_memfd):
+    fd = sealed_memfd(PATTERN)
+    mm = mmap.mmap(fd, len(PATTERN), access=mmap.ACCESS_COPY)
+    os.close(fd)
+    view = memoryview(mm)
+    storage = zerocopy.storage_from_buffer_range(view, 4096, 100)
+    with pytest.raises(BufferError):
+        mm.close()
+    alive = weakref.ref(mm)
+    del mm, view
+    gc.collect()
+    assert alive() is not None, "the storage must hold the mapping"
+    assert as_bytes(storage) == PATTERN[4096:4196]
+    del storage
+    gc.collect()
+    assert alive() is None, "the mapping must be released with the last storage"
 
 
 def test_whole_mmap_object_is_accepted(impl, mapping):

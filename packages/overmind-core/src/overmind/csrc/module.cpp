@@ -12,6 +12,8 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "Compiled parts of overmind.zerocopy and overmind.shm.arena; use those modules rather than this one.";
   m.def("storage_from_buffer", &overmind::storage_from_buffer, py::arg("buffer"),
         "torch.UntypedStorage over a buffer's memory, without a copy; keeps the buffer's owner alive.");
+  m.def("storage_from_buffer_range", &overmind::storage_from_buffer_range, py::arg("buffer"), py::arg("offset"),
+        py::arg("nbytes"), "storage_from_buffer over bytes [offset, offset + nbytes) of the buffer.");
   m.def("script_module_from_storage", &overmind::script_module_from_storage, py::arg("storage"),
         py::arg("device") = py::none(),
         "torch._C.ScriptModule imported from the TorchScript archive held in a CPU storage, without "

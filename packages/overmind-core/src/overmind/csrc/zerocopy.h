@@ -4,6 +4,7 @@
 // suite runs against both. Keep them in step.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -14,6 +15,10 @@ namespace overmind {
 // buffer -> torch.UntypedStorage over the buffer's memory (no copy). The storage holds the Py_buffer, hence
 // a reference to the buffer's owner, until its last user is gone. A 0-byte buffer gives an empty storage.
 pybind11::object storage_from_buffer(pybind11::handle buffer);
+
+// The same over bytes [offset, offset + nbytes) of the buffer (nbytes < 0: to its end), without a slice object:
+// a mapped entry's storages are ranges of one view (shm/reader.py). ValueError for a range outside the buffer.
+pybind11::object storage_from_buffer_range(pybind11::handle buffer, int64_t offset, int64_t nbytes);
 
 // CPU storage holding a TorchScript ZIP archive -> torch._C.ScriptModule. The archive is read in place;
 // the uncompressed tensor records of a torch.package layout archive become storages aliasing it.

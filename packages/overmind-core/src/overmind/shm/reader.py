@@ -57,7 +57,7 @@ class EntryMapping:
             raise ValueError(f"storage [{offset}, +{nbytes}) lies outside entry {self.entry_id}'s "
                              f"{self.layout.data_len} data bytes")
         lo = self.layout.data_offset + offset
-        return zerocopy.storage_from_buffer(self._view[lo:lo + nbytes])
+        return zerocopy.storage_from_buffer_range(self._view, lo, nbytes)
 
 
 class FileMapping:
@@ -82,7 +82,7 @@ class FileMapping:
         if offset < 0 or offset + nbytes > self.size:
             raise ValueError(f"storage [{offset}, +{nbytes}) lies outside file entry {self.entry_id}'s "
                              f"{self.size} bytes (the file shrank?)")
-        return zerocopy.storage_from_buffer(self._view[offset:offset + nbytes])
+        return zerocopy.storage_from_buffer_range(self._view, offset, nbytes)
 
 
 def map_entry(entry_id: str, fd: int) -> EntryMapping | FileMapping:
