@@ -58,7 +58,7 @@ def test_serve_status_ls_evict_stop(served, sealed_memfd, monkeypatch):
     assert f"pid {proc.pid}" in status
     assert "\nentries  2\n" in status
     assert "2.9 KiB used of" in status
-    assert "1 connected" in status
+    assert "1 connected" in status, status  # the whole status, should this ever fail again (once, in a full suite)
 
     listing = om("ls").stdout
     assert "k-base" in listing and "UNet.from_pretrained" in listing  # key prefixes and short loader names

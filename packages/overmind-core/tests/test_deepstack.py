@@ -1,12 +1,14 @@
-"""deepstack.call: the pickler's helper thread, and the user's recursion limit left as it was (see overmind.deepstack)."""
+"""deepstack.call: the pickler runs where the C stack holds the recursion limit (this thread, else a helper thread),
+and the user's recursion limit is left as it was (see overmind.deepstack)."""
 from __future__ import annotations
 
+import pickle
 import sys
 import threading
 
 import pytest
 
-from overmind import deepstack
+from overmind import deepstack, zerocopy
 
 
 @pytest.fixture
@@ -16,11 +18,53 @@ def limit():
     sys.setrecursionlimit(before)
 
 
-def test_runs_on_a_helper_thread_and_raises_its_errors_here(limit):
-    seen = deepstack.call(lambda: (threading.current_thread().name, sys.getrecursionlimit()))
-    assert seen == ("overmind-pickler", sys.getrecursionlimit())
+def _where(fn=lambda: None):
+    return deepstack.call(lambda: (threading.current_thread().name, sys.getrecursionlimit(), fn()))
+
+
+def test_runs_in_this_thread_where_its_stack_holds_the_limit(impl, limit):
+    # The main thread's stack (RLIMIT_STACK, 8 MiB here) holds the default limit's levels: known with the
+    # extension, which reads the thread's bounds; the Python twin knows nothing of them and uses a helper.
+    room = zerocopy.stack_room()
+    assert (room is not None and room > 4 << 20) == (impl == "c")
+    sys.setrecursionlimit(1000)
+    assert _where()[:2] == (("MainThread" if impl == "c" else "overmind-pickler"), 1000)
     with pytest.raises(KeyError, match="boom"):
         deepstack.call(lambda: {}["boom"])
+
+
+def test_a_limit_beyond_this_stack_runs_on_a_helper_thread(impl, limit):
+    sys.setrecursionlimit(50_000)  # 50 MiB at BYTES_PER_LEVEL: more than the main thread's stack
+    assert _where()[:2] == ("overmind-pickler", 50_000)
+    assert sys.getrecursionlimit() == 50_000
+
+
+def test_a_thread_with_a_small_stack_uses_a_helper_thread(impl, limit):
+    sys.setrecursionlimit(1000)
+    seen = []
+    previous = threading.stack_size(1 << 20)  # 1 MiB: less than the default limit's levels and the reserve
+    try:
+        small = threading.Thread(target=lambda: seen.append((zerocopy.stack_room(), _where())), name="small")
+        small.start()
+    finally:
+        threading.stack_size(previous)
+    small.join()
+    (room, where), = seen
+    assert room is None or room < 1 << 20
+    assert where[:2] == ("overmind-pickler", 1000)
+
+
+def test_a_deep_graph_pickles_in_this_thread_up_to_the_limit(impl, limit):
+    sys.setrecursionlimit(1000)
+    deep: list = []
+    for _ in range(400):  # the C pickler counts two levels of the limit per list: near it (pytest is ~100 deep)
+        deep = [deep]
+    name, _, out = _where(lambda: pickle.loads(pickle.dumps(deep)))
+    assert name == ("MainThread" if impl == "c" else "overmind-pickler")
+    depth = 0
+    while out:
+        out, depth = out[0], depth + 1
+    assert depth == 400
 
 
 def test_a_limit_beyond_the_largest_stack_is_capped_only_while_it_runs(limit):

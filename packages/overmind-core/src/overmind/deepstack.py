@@ -8,6 +8,11 @@ limit. So :func:`call` runs the function on a helper thread whose stack is sized
 where that would be too large, lowers the limit (never raises it) until the helper is done, then puts the
 user's limit back.
 
+Where the calling thread's own stack already has that room (``zerocopy.stack_room``: the main thread's 8 MiB
+holds the default limit's 1,000 levels with the reserve to spare), the function runs right there, as plain
+pickling would: no thread to start, and no malloc arena of a helper thread left holding the pickler's freed
+memory (glibc keeps a thread arena's free top; 2-9 MiB in the cold fp32 blog process, docs/benchmarks.md).
+
 Measured on CPython 3.11 (Overmind's pickler with its Python ``persistent_id`` and ``reducer_override``):
 60-190 bytes of C stack per recursion level across instance, ``__reduce__``, list, dict and dill graphs;
 :data:`BYTES_PER_LEVEL` allows 1 KiB. Only the pages the pickler touches are ever committed.
@@ -36,10 +41,13 @@ def stack_for(limit: int) -> tuple[int, int]:
 
 
 def call(fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` on a helper thread with room for ``sys.getrecursionlimit()`` levels of C recursion.
+    """``fn(*args)`` with room for ``sys.getrecursionlimit()`` levels of C recursion: in this thread when its stack
+    has that room, else on a helper thread.
 
-    Exceptions from ``fn`` are raised here. The helper sees no thread-local state of the caller.
+    Exceptions from ``fn`` are raised here. A helper sees no thread-local state of the caller.
     """
+    if _room_here():
+        return fn(*args)
     stack, levels = stack_for(sys.getrecursionlimit())
     _lower_limit(levels)
     box: dict[str, Any] = {}
@@ -67,6 +75,16 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
     if "error" in box:
         raise box.pop("error")
     return box["value"]
+
+
+def _room_here() -> bool:
+    """Whether this thread's stack holds the current limit's levels plus the reserve, with no cap in force (a cap
+    another thread lifts meanwhile would raise the limit past what was checked)."""
+    from . import zerocopy
+
+    room = zerocopy.stack_room()
+    with _cap_lock:
+        return room is not None and _cap["users"] == 0 and room >= sys.getrecursionlimit() * BYTES_PER_LEVEL + RESERVE
 
 
 def _call_here(fn: Callable[..., Any], *args: Any) -> Any:

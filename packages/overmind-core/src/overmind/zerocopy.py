@@ -46,6 +46,7 @@ __all__ = [
     "script_module_from_storage",
     "tensor_rebuild",
     "provenance_walk",
+    "stack_room",
     "describe",
     "IMPLEMENTATION",
     "ExtensionUnavailable",
@@ -146,6 +147,7 @@ _PYTHON = SimpleNamespace(
     script_module_from_storage=_py_script_module_from_storage,
     tensor_rebuild=tensors.rebuild_from_untyped,
     provenance_walk=None,  # overmind.provenance walks in Python
+    stack_room=None,  # unknown: deepstack pickles on a helper thread
 )
 
 
@@ -177,6 +179,7 @@ def _compiled(ext: Any) -> SimpleNamespace:
         tensor_rebuild=(ext.tensor_rebuilder(tensors.rebuild_from_untyped) if hasattr(ext, "tensor_rebuilder")
                         else tensors.rebuild_from_untyped),
         provenance_walk=getattr(ext, "provenance_walk", None),  # csrc/provenance_walk.cpp; older builds: None
+        stack_room=getattr(ext, "stack_room", None),  # csrc/stack_room.cpp; older builds: None
     )
 
 
@@ -270,6 +273,14 @@ def tensor_rebuild() -> Any:
     ``UntypedStorage``, no state, no gradient, no torch-function mode) without Python frames and hands every
     other call to it unchanged."""
     return _impl.tensor_rebuild
+
+
+def stack_room() -> int | None:
+    """Bytes of C stack the calling thread has left below this call (``csrc/stack_room.cpp``), or ``None`` when
+    that is unknown: the ``python`` implementation, or bounds the C library does not report."""
+    fn = _impl.stack_room
+    room = fn() if fn is not None else -1
+    return room if room >= 0 else None
 
 
 def provenance_walk() -> Any:

@@ -20,6 +20,9 @@ pybind11::object storage_from_buffer(pybind11::handle buffer);
 // a mapped entry's storages are ranges of one view (shm/reader.py). ValueError for a range outside the buffer.
 pybind11::object storage_from_buffer_range(pybind11::handle buffer, int64_t offset, int64_t nbytes);
 
+// Bytes of C stack left to the calling thread below this call, or -1 when the bounds are unknown (stack_room.cpp).
+int64_t stack_room();
+
 // CPU storage holding a TorchScript ZIP archive -> torch._C.ScriptModule. The archive is read in place;
 // the uncompressed tensor records of a torch.package layout archive become storages aliasing it.
 pybind11::object script_module_from_storage(pybind11::handle storage, std::optional<std::string> device);
