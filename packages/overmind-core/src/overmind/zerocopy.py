@@ -33,7 +33,7 @@ import io
 import re
 import warnings
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -85,14 +85,19 @@ def _py_storage_from_buffer(buf: Any) -> torch.UntypedStorage:
         return torch.frombuffer(buf, dtype=torch.uint8).untyped_storage()
 
 
-def _py_storage_from_buffer_range(buf: Any, offset: int, nbytes: int) -> torch.UntypedStorage:
-    """Twin of ``overmind._C.storage_from_buffer_range``."""
-    view = memoryview(buf)
-    if nbytes < 0:
-        nbytes = view.nbytes - offset
-    if offset < 0 or nbytes < 0 or offset > view.nbytes or nbytes > view.nbytes - offset:
-        raise ValueError(f"overmind: bytes [{offset}, +{nbytes}) lie outside the buffer's {view.nbytes} bytes")
-    return _py_storage_from_buffer(view.cast("B")[offset:offset + nbytes])
+def _ranged(whole: Callable[[Any], torch.UntypedStorage]) -> Callable[[Any, int, int], torch.UntypedStorage]:
+    """``storage_from_buffer_range`` made of a ``storage_from_buffer`` and a slice: the Python twin's, and the
+    compiled one's where an extension built before ``_C.storage_from_buffer_range`` is in use."""
+
+    def storage_from_buffer_range(buf: Any, offset: int, nbytes: int) -> torch.UntypedStorage:
+        view = memoryview(buf)
+        if nbytes < 0:
+            nbytes = view.nbytes - offset
+        if offset < 0 or nbytes < 0 or offset > view.nbytes or nbytes > view.nbytes - offset:
+            raise ValueError(f"overmind: bytes [{offset}, +{nbytes}) lie outside the buffer's {view.nbytes} bytes")
+        return whole(view.cast("B")[offset:offset + nbytes])
+
+    return storage_from_buffer_range
 
 
 def _storage_bytes(storage: torch.UntypedStorage) -> bytes:
@@ -143,7 +148,7 @@ def _py_script_module_from_storage(
 
 _PYTHON = SimpleNamespace(
     storage_from_buffer=_py_storage_from_buffer,
-    storage_from_buffer_range=_py_storage_from_buffer_range,
+    storage_from_buffer_range=_ranged(_py_storage_from_buffer),
     script_module_from_storage=_py_script_module_from_storage,
     tensor_rebuild=tensors.rebuild_from_untyped,
     provenance_walk=None,  # overmind.provenance walks in Python
@@ -170,9 +175,8 @@ def _compiled(ext: Any) -> SimpleNamespace:
 
     return SimpleNamespace(
         storage_from_buffer=ext.storage_from_buffer,
-        # an extension built before it had this function takes a slice of the buffer
-        storage_from_buffer_range=getattr(ext, "storage_from_buffer_range", None)
-        or (lambda buf, offset, nbytes: _py_storage_from_buffer_range(buf, offset, nbytes)),
+        # an extension built before it had this function slices the buffer for its storage_from_buffer
+        storage_from_buffer_range=getattr(ext, "storage_from_buffer_range", None) or _ranged(ext.storage_from_buffer),
         script_module_from_storage=script_module_from_storage,
         # the common tensor built in C, every other call handed to the Python function (csrc/tensor_rebuild.cpp);
         # an extension built before it had this function rebuilds every tensor in Python
