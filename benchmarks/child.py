@@ -35,6 +35,52 @@ class Stopwatch:
         return _Lap(self, name)
 
 
+class Window:
+    """What the machine did while a timed block ran, to tell a slow run's own work from the host's.
+
+    >>> with Window() as w:
+    ...     pipe = Pipeline.from_pretrained(...)
+    >>> w.result  # {"minflt": ..., "runqueue_ms": ..., "steal_ms": ..., "others_cpu_ms": ...}
+
+    ``minflt``/``majflt``: this process's page faults; ``oncpu_ms`` and ``runqueue_ms``: its time on a CPU and
+    runnable but waiting for one (``/proc/self/schedstat``, all its threads' sum is not needed: the loads run on
+    this thread); ``steal_ms``: CPU time the hypervisor took from this VM's CPUs, all of them
+    (``/proc/stat``); ``others_cpu_ms``: busy CPU time of the whole machine minus this process's own.
+    Linux only; a missing file leaves its fields out.
+    """
+
+    def __enter__(self):
+        self._start = _window_sample()
+        return self
+
+    def __exit__(self, *exc):
+        end = _window_sample()
+        self.result = {k: end[k] - self._start[k] for k in end if k in self._start}
+        if "busy_ms" in self.result and "oncpu_ms" in self.result:
+            self.result["others_cpu_ms"] = self.result.pop("busy_ms") - self.result["oncpu_ms"]
+        self.result.pop("busy_ms", None)
+
+
+def _window_sample() -> dict:
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    out = {"minflt": ru.ru_minflt, "majflt": ru.ru_majflt}
+    tick_ms = 1000.0 / os.sysconf("SC_CLK_TCK")
+    try:
+        with open("/proc/self/schedstat") as f:
+            oncpu, waiting = f.read().split()[:2]
+        out.update(oncpu_ms=int(oncpu) / 1e6, runqueue_ms=int(waiting) / 1e6)
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        # user nice system idle iowait irq softirq steal guest guest_nice (guest is inside user)
+        out["steal_ms"] = fields[7] * tick_ms
+        out["busy_ms"] = (fields[0] + fields[1] + fields[2] + fields[5] + fields[6]) * tick_ms
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
 class _Lap:
     def __init__(self, sw: Stopwatch, name: str):
         self.sw, self.name = sw, name

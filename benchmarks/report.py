@@ -37,6 +37,10 @@ def fmt(x: float, unit: str) -> str:
         return f"{x:.1f}x" if x >= 10 else f"{x:.2f}x"
     if unit == "GB/s":
         return f"{x:.2f}"
+    if unit == "ms":
+        return f"{x:.1f}"
+    if unit == "n":
+        return f"{x:.0f}"
     if unit == "MiB":
         return f"{x / 2**20:.0f}"
     return f"{x:g}"

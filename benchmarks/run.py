@@ -44,6 +44,10 @@ BLOG_MEASURES = [
     ("times.cn_depth", "ControlNet depth", "s"),
     ("times.cn_edge", "ControlNet edge", "s"),
     ("times.pipeline", "pipeline", "s"),
+    ("calls_window.minflt", "the 4 calls: page faults", "n"),
+    ("calls_window.runqueue_ms", "the 4 calls: waiting for a CPU (run queue)", "ms"),
+    ("calls_window.steal_ms", "the 4 calls: stolen by the host, all CPUs (/proc/stat)", "ms"),
+    ("calls_window.others_cpu_ms", "the 4 calls: other CPU work on the machine", "ms"),
     ("times.import", "imports (torch, diffusers)", "s"),
     ("process_s", "whole process (spawn to exit)", "s"),
     ("user_s", "whole process: CPU time, user", "s"),
@@ -139,6 +143,21 @@ def breakdown_table(samples: list[dict], title: str) -> str:
     return "\n".join(rows)
 
 
+def runs_table(samples: list[dict], title: str) -> str:
+    """Each ``samples`` process on its own row, in the order they ran: the four calls' time next to what the
+    machine did meanwhile (``child.Window``), so a slow run shows whether its own work or the host's grew."""
+    rows = [f"| {title}: process | the 4 calls (s) | page faults | run queue (ms) | stolen by the host (ms) | "
+            f"other CPU work (ms) | imports (s) | system CPU (s) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for s in samples:
+        w = s.get("calls_window") or {}
+        t = s.get("times") or {}
+        cells = [report.fmt(x, u) if x is not None else "-" for x, u in (
+            (t.get("from_pretrained"), "s"), (w.get("minflt"), "n"), (w.get("runqueue_ms"), "ms"),
+            (w.get("steal_ms"), "ms"), (w.get("others_cpu_ms"), "ms"), (t.get("import"), "s"), (s.get("sys_s"), "s"))]
+        rows.append(f"| {s.get('label', '-')} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def blog(h, paths, ckpt: str, n: int, touch: bool, activate_first: bool = False) -> tuple[str, dict]:
     argv = [paths[f"sd15-{ckpt}"], paths["controlnet-depth"], paths["controlnet-edge"]] + (["--touch"] if touch else [])
     argv += ["--activate-first"] if activate_first else []
@@ -152,7 +171,8 @@ def blog(h, paths, ckpt: str, n: int, touch: bool, activate_first: bool = False)
     if not touch:
         ratios += speed_ratios(groups, "process_s", "whole process")
     text = "\n\n".join([report.table(groups, measures), report.ratio_table(ratios),
-                        breakdown_table(groups["cold"], "cold"), breakdown_table(groups["warm"], "warm")])
+                        breakdown_table(groups["cold"], "cold"), breakdown_table(groups["warm"], "warm")]
+                       + ([] if touch else [runs_table(groups["warm"], "warm")]))
     return text, groups
 
 
