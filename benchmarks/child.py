@@ -42,11 +42,13 @@ class Window:
     ...     pipe = Pipeline.from_pretrained(...)
     >>> w.result  # {"minflt": ..., "runqueue_ms": ..., "steal_ms": ..., "others_cpu_ms": ...}
 
-    ``minflt``/``majflt``: this process's page faults; ``oncpu_ms`` and ``runqueue_ms``: its time on a CPU and
-    runnable but waiting for one (``/proc/self/schedstat``, all its threads' sum is not needed: the loads run on
-    this thread); ``steal_ms``: CPU time the hypervisor took from this VM's CPUs, all of them
-    (``/proc/stat``); ``others_cpu_ms``: busy CPU time of the whole machine minus this process's own.
-    Linux only; a missing file leaves its fields out.
+    ``minflt``/``majflt``: this process's page faults; ``runqueue_ms``: the calling thread's time runnable but
+    waiting for a CPU (``/proc/thread-self/schedstat``; the loads run on it); ``oncpu_ms``: the CPU time of all
+    the process's threads (``/proc/self/stat``: a loader's worker threads too, ended ones included);
+    ``steal_ms``: CPU time the hypervisor took from this VM's CPUs, all of them (``/proc/stat``);
+    ``others_cpu_ms``: busy CPU time of the whole machine minus this process's own. These three count in ticks
+    (10 ms here), so they are that coarse, and ``others_cpu_ms`` can come out a tick below zero. Linux only; a missing file leaves its
+    fields out.
     """
 
     def __enter__(self):
@@ -68,9 +70,11 @@ def _window_sample() -> dict:
     out = {"minflt": ru.ru_minflt, "majflt": ru.ru_majflt}
     tick_ms = 1000.0 / os.sysconf("SC_CLK_TCK")
     try:
-        with open("/proc/self/schedstat") as f:
-            oncpu, waiting = f.read().split()[:2]
-        out.update(oncpu_ms=int(oncpu) / 1e6, runqueue_ms=int(waiting) / 1e6)
+        with open("/proc/thread-self/schedstat") as f:
+            out["runqueue_ms"] = int(f.read().split()[1]) / 1e6
+        with open("/proc/self/stat") as f:  # utime and stime: every thread's, those that ended too
+            fields_after_name = f.read().rsplit(")", 1)[1].split()
+        out["oncpu_ms"] = (int(fields_after_name[11]) + int(fields_after_name[12])) * tick_ms
         with open("/proc/stat") as f:
             fields = [int(x) for x in f.readline().split()[1:]]
         # user nice system idle iowait irq softirq steal guest guest_nice (guest is inside user)
