@@ -124,12 +124,19 @@ def test_a_snapshot_with_an_unhashable_class_is_kept_whole_and_still_compares():
 
 
 @pytest.mark.parametrize("impl", ["c", "python"], indirect=True)
-def test_a_remembered_module_is_its_entry_until_it_changes(impl):
-    """``origin_of`` over the kept form: the entry while unchanged, then not (the pages check is satisfied by a
-    module whose tensors lie in no mapping only in test_pristine_pages.py; here the config decides first)."""
+def test_a_remembered_module_is_its_entry_until_it_changes(impl, monkeypatch):
+    """``origin_of`` compares the kept form: the entry while unchanged, then not. Here the tensors lie in no entry
+    mapping, so the pages check is taken as passed (test_pristine_pages.py and the load identity tests run it
+    on real mappings)."""
+    monkeypatch.setattr(provenance, "_still_mapped", lambda shot: True)
     m = torch.nn.Linear(3, 3)
     provenance.remember_origin(m, "k" * 32, repr)
     rec = provenance._origins[id(m)]
     assert rec[2][0] == "module-kept" and isinstance(rec[2][1], bytes)
+    assert provenance.origin_of(m) == "k" * 32
     m.train(False)
+    assert provenance.origin_of(m) is None
+    m.train(True)
+    assert provenance.origin_of(m) == "k" * 32
+    m.weight.requires_grad_(False)
     assert provenance.origin_of(m) is None
