@@ -47,8 +47,8 @@ class Window:
     the process's threads (``/proc/self/stat``: a loader's worker threads too, ended ones included);
     ``steal_ms``: CPU time the hypervisor took from this VM's CPUs, all of them (``/proc/stat``);
     ``others_cpu_ms``: busy CPU time of the whole machine minus this process's own. These three count in ticks
-    (10 ms here), so they are that coarse, and ``others_cpu_ms`` can come out a tick below zero. Linux only; a missing file leaves its
-    fields out.
+    (10 ms here), so they are that coarse, and ``others_cpu_ms`` can come out a tick below zero. Linux only; a
+    missing file leaves its fields out.
     """
 
     def __enter__(self):
