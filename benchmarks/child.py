@@ -42,6 +42,8 @@ class Window:
     ...     pipe = Pipeline.from_pretrained(...)
     >>> w.result  # {"minflt": ..., "runqueue_ms": ..., "steal_ms": ..., "others_cpu_ms": ...}
 
+    ``start()``/``stop()`` do the same around code that cannot be indented (the blog's calls, kept as written).
+
     ``minflt``/``majflt``: this process's page faults; ``runqueue_ms``: the calling thread's time runnable but
     waiting for a CPU (``/proc/thread-self/schedstat``; the loads run on it); ``oncpu_ms``: the CPU time of all
     the process's threads (``/proc/self/stat``: a loader's worker threads too, ended ones included);
@@ -51,16 +53,23 @@ class Window:
     missing file leaves its fields out.
     """
 
-    def __enter__(self):
+    def start(self) -> Window:
         self._start = _window_sample()
         return self
 
-    def __exit__(self, *exc):
+    def stop(self) -> dict:
         end = _window_sample()
         self.result = {k: end[k] - self._start[k] for k in end if k in self._start}
         if "busy_ms" in self.result and "oncpu_ms" in self.result:
             self.result["others_cpu_ms"] = self.result.pop("busy_ms") - self.result["oncpu_ms"]
         self.result.pop("busy_ms", None)
+        return self.result
+
+    def __enter__(self) -> Window:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
 
 
 def _window_sample() -> dict:

@@ -46,7 +46,7 @@ else:
 facts["order"] = "activate-first" if args.activate_first else "activate-after-imports"
 
 t_calls = time.perf_counter()
-window = child.Window().__enter__()
+window = child.Window().start()
 with sw("vae"):
     vae = AutoencoderKL.from_pretrained(ckpt, subfolder="vae", torch_dtype=torch.float16)
 with sw("cn_depth"):
@@ -56,7 +56,7 @@ with sw("cn_edge"):
 with sw("pipeline"):
     pipe = StableDiffusionControlNetPipeline.from_pretrained(ckpt, vae=vae, controlnet=[cn_edge, cn_depth], torch_dtype=torch.float16, safety_checker=None)
 sw.times["from_pretrained"] = time.perf_counter() - t_calls
-window.__exit__(None, None, None)
+calls_window = window.stop()
 
 touched = 0
 if args.touch:
@@ -65,7 +65,7 @@ if args.touch:
     sw.times["load_and_touch"] = sw.times["from_pretrained"] + sw.times["touch"]
 
 dtypes = sorted({str(p.dtype) for m in child.modules_of(pipe) for p in m.parameters()})
-child.emit(**facts, times=sw.times, calls_window=window.result, touched_bytes=touched, weight_bytes=child.weight_bytes(pipe), dtypes=dtypes,
-           python_s=time.perf_counter() - _t_process)
+child.emit(**facts, times=sw.times, calls_window=calls_window, touched_bytes=touched,
+           weight_bytes=child.weight_bytes(pipe), dtypes=dtypes, python_s=time.perf_counter() - _t_process)
 if args.hold:
     child.wait_for_release()
