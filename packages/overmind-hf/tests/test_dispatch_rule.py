@@ -11,7 +11,7 @@ import types
 import pytest
 import torch
 
-from overmind.adapter import NotCacheable
+from overmind.adapter import NotCacheable, NotCachedByDesign
 from overmind_hf import dispatch
 
 
@@ -41,8 +41,8 @@ def test_an_undispatched_model_passes():
     enter(torch.nn.Sequential(torch.nn.Linear(2, 2)))
 
 
-def test_a_dispatched_model_is_refused_with_the_adapter_the_loader_and_the_fix():
-    with pytest.raises(NotCacheable) as e:
+def test_a_dispatched_model_is_refused_by_design_with_the_adapter_the_loader_and_the_fix():
+    with pytest.raises(NotCachedByDesign) as e:
         enter(hooked(torch.nn.Sequential(torch.nn.Linear(2, 2))))
     message = str(e.value)
     assert "adapter transformers (overmind-transformers" in message and "Model.from_pretrained" in message

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["hookimpl", "PatchTarget", "Spec", "resolve", "resolve_roots", "collect", "waiting_modules", "owns",
            "label", "warn",
-           "version_of", "dist_of", "Uncacheable", "uncacheable", "NotCacheable"]
+           "version_of", "dist_of", "Uncacheable", "uncacheable", "NotCacheable", "NotCachedByDesign"]
 
 
 # --- what an adapter says when it cannot do its job ------------------------------------------------------
@@ -50,6 +50,17 @@ class NotCacheable(OvermindError, RuntimeError):
     """The loaded object cannot be cached; the message says why and what to do (the user keeps the object)."""
 
     has_fix = True  # the core adds no generic advice after this message
+
+
+class NotCachedByDesign(NotCacheable):
+    """The loaded object is one the adapter never caches, by design (a model dispatched over devices with disk
+    offload): the call is logged at INFO with the message, never warned, even under ``OVERMIND_STRICT=1``. A
+    warning is for a fault the user can act on; a refusal by design is not one.
+
+    >>> raise NotCachedByDesign(f"{label('mylib')}: {loader.name} returned a model offloaded to disk")
+    """
+
+    by_design = True  # what overmind.fallback reads (it does not import the kit)
 
 
 def uncacheable(reason: str) -> Uncacheable:

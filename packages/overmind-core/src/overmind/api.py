@@ -21,6 +21,7 @@ import time
 from typing import Any, Callable
 
 from . import (
+    ambient,
     arguments_ref,
     collector,
     entry,
@@ -210,9 +211,9 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
                               logged.for_entry())
             log.info("overmind: published %s (entry %s) in %.3f s", loader.name, ck.key[:12],
                      time.perf_counter() - t1)
-        except KeyChanged as e:
+        except (KeyChanged, entry.UnexpectedMeta) as e:  # the result is not what the key describes: not cached
             _release(client, ck.key)
-            log.debug("overmind: not caching: %s", e)
+            log.info("overmind: not caching %s: %s", loader.name, e)
             return result
         except Exception as e:
             interrupts.raise_users(e)
@@ -257,15 +258,17 @@ def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments
         if recheck is not None and not recheck.unchanged(ck):
             raise KeyChanged(f"the files or arguments of {loader.name} changed while it loaded")
 
+    expect_meta = ambient.makes_meta(ck.ambient)
     try:
-        encoded = entry.encode(result, loader, ck.summary, arguments, before_write=before_write, arena=load_arena)
+        encoded = entry.encode(result, loader, ck.summary, arguments, before_write=before_write, arena=load_arena,
+                               expect_meta=expect_meta)
         res = _publish(client, ck, encoded, warned, logged)
     except (ServerError, entry.FileChanged) as e:
         if e.reason not in _COPY_INSTEAD:
             raise
         # An entry this one references was evicted meanwhile, or a checkpoint file it references changed: write
         # the bytes themselves instead.
-        encoded = entry.encode(result, loader, ck.summary, arguments, reference_mapped=False)
+        encoded = entry.encode(result, loader, ck.summary, arguments, reference_mapped=False, expect_meta=expect_meta)
         res = _publish(client, ck, encoded, warned, logged)
     if _plain_result_will_do(result, encoded):
         for fd in res.fds.values():

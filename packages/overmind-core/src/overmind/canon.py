@@ -69,6 +69,7 @@ class Walk:
         self.nodes = 0
         self.functions = 0
         self.tensor_bytes = 0
+        self.code_classes: list[type] = []  # the classes described by their code (local_classes.remember)
 
     # --- dispatch --------------------------------------------------------------------------------
 
@@ -214,6 +215,7 @@ class Walk:
             return ("type-ref", seen)
         self.memo[("type", ident)] = len(self.memo)
         self.keep.append(cls)
+        self.code_classes.append(cls)
         self._count_function(name)
         body = []
         for attr, value in cls.__dict__.items():

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import arguments_ref, canon, collector, dedup, heap, hooks, pickling, provenance
+from .errors import OvermindError
 from .shm import filemaps, reader, writer
 from .shm.filemaps import FileChanged  # noqa: F401 - api.publish copies everything when it is raised
 
@@ -42,9 +43,14 @@ class Encoded:
     owns_storages: bool = True
 
 
+class UnexpectedMeta(OvermindError):
+    """The result holds tensors on the meta device (no data) though the call was not made to produce them: some
+    process state the key does not describe made them. It is returned, not published."""
+
+
 def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = None, *,
            reference_mapped: bool = True, before_write: Callable[[], None] | None = None,
-           arena: Arena | None = None) -> Encoded:
+           arena: Arena | None = None, expect_meta: bool = True) -> Encoded:
     """Write ``result`` into a sealed memfd.
 
     Objects of the call's bound ``arguments`` that the result holds are recorded as references to those
@@ -54,6 +60,8 @@ def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = N
     is used once (an entry written into it is sealed). ``before_write`` runs once the result is
     pickled (so an adapter's refusal, which says why, comes first) and before anything is written; what it raises
     propagates.
+    ``expect_meta=False``: the key says the call was not made to produce meta tensors (``ambient.makes_meta``);
+    a result holding some raises :class:`UnexpectedMeta` before anything is written.
     Raises :class:`~overmind.pickling.PicklingFailed` for a result that cannot be pickled.
     """
     if arena is not None and not (arena.usable and reference_mapped):
@@ -63,6 +71,9 @@ def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = N
         pickled = _pickle(result, loader, reference_mapped, arguments, arena)
     if not pickled.in_place:
         arena = None  # nothing of the result is in it (an fp16 checkpoint's tensors are file mappings)
+    if pickled.holds_meta and not expect_meta:
+        raise UnexpectedMeta(f"{loader.name} returned tensors on the meta device, though the call was not made "
+                             f"under init_empty_weights() or a meta default device")
     if before_write is not None:
         before_write()
     meta = {"loader": loader.name, "summary": summary, "pickler": pickled.pickler, "pid": os.getpid(),
@@ -117,12 +128,22 @@ def decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None = 
     caller's object; one that does not fit raises :class:`~overmind.arguments_ref.ArgumentMismatch`. The
     object is remembered as coming from ``entry["key"]`` (see :mod:`.provenance`). The collector is paused
     throughout: the skeleton is a large graph of new objects, and a collection over it finds nothing to free.
+
+    Every tensor comes back with the inference flag it had when the loader returned it, whatever the caller's
+    mode: transformers returns ordinary tensors under ``torch.inference_mode()``, diffusers inference tensors,
+    and the entry records which (``tensors.INFERENCE``); the rest are rebuilt outside inference mode.
     """
-    with collector.paused():
+    with collector.paused(), _outside_inference_mode():
         obj, skeleton_bytes = _decode(entry, fds, arguments)
     if skeleton_bytes >= heap.TRIM_AFTER_BYTES:
         heap.trim()  # the rebuild's temporaries (a tokenizer's vocabulary) back to the system
     return obj
+
+
+def _outside_inference_mode() -> contextlib.AbstractContextManager:
+    import torch
+
+    return torch.inference_mode(False) if torch.is_inference_mode_enabled() else contextlib.nullcontext()
 
 
 def _decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None) -> tuple[Any, int]:

@@ -124,6 +124,9 @@ class LoaderRun:
         """Say that ``name``'s result could not be cached because of ``cause`` (or raise when strict, or raise
         ``cause`` itself where it is the user's signal handler's exception)."""
         interrupts.raise_users(cause)
+        if getattr(cause, "by_design", False):  # the adapter never caches such a result: a log line, no warning
+            log.info("overmind: not caching %s: %s", name, str(cause).removeprefix("overmind: "))
+            return
         if type(cause) in self._inner and not strict():
             log.debug("overmind: not caching %s either: %s", name, cause)
             return

@@ -63,6 +63,9 @@ def reducers() -> Mapping[type, list[Callable]]:
     from . import tensors  # late: these import torch
 
     parts.append(tensors.reducers())
+    from . import local_classes
+
+    parts.append(local_classes.reducers())
     try:
         from . import torchscript
 

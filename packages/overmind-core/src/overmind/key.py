@@ -21,7 +21,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from . import ambient
+from . import ambient, local_classes
 from .canon import Unkeyable, Walk, canon
 
 KEY_VERSION = 5  # 3: torch's default dtype, default device and inference mode are part of every key; 4: no entry of a
@@ -123,6 +123,7 @@ def bind_arguments(loader: Loader, args: tuple, kwargs: dict) -> dict[str, Any]:
 class CacheKey:
     key: str
     summary: str
+    ambient: tuple = ambient.DEFAULTS  # the process state the key holds (ambient.key_part)
 
 
 def make_key(loader: Loader, arguments: dict[str, Any], extra_parts: list[Any] | tuple[()] = (),
@@ -135,9 +136,12 @@ def make_key(loader: Loader, arguments: dict[str, Any], extra_parts: list[Any] |
         extra = walk.value(list(extra_parts))
     except RecursionError:
         raise Unkeyable("the arguments are nested too deeply to describe") from None
-    material = repr((KEY_VERSION, identity, canon_args, extra, ambient.key_part()))
+    if walk.code_classes:  # a result holding one of these gets it back by identity (local_classes.py)
+        local_classes.remember(walk.code_classes)
+    state = ambient.key_part()
+    material = repr((KEY_VERSION, identity, canon_args, extra, state))
     digest = hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()[:40]
-    return CacheKey(digest, summarize(loader, arguments))
+    return CacheKey(digest, summarize(loader, arguments), state)
 
 
 _SECRET = re.compile(r"token|password|passwd|secret|api_?key|credential", re.IGNORECASE)

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 import dill
 import torch
 
-from . import arguments_ref, deepstack, interrupts, resources, zerocopy
+from . import arguments_ref, deepstack, interrupts, resources, tensors, zerocopy
 from .errors import OvermindError
 from .shm.placer import Placer
 from .tensors import UntypedStorageArg
@@ -66,6 +66,8 @@ class Pickled:
     # The container arguments put in the pickler's memo before the dump, in memo order: [path, type name, whether
     # the skeleton may refer to it]; loads() puts this call's objects there (JSON-ready, for the entry's meta).
     argument_memo: list = field(default_factory=list)
+    # whether the object holds a tensor on the meta device (no data: what init_empty_weights makes)
+    holds_meta: bool = False
 
 
 class _StorageTable:
@@ -102,6 +104,7 @@ class _StorageTable:
         device = untyped.device
         nbytes = untyped.nbytes()
         if device.type == "meta":
+            tensors.met.meta = True
             return ("meta", nbytes, dtype)
         where, offset = self.placer.place(untyped)
         return ("storage", where, offset, nbytes, dtype, None if device.type == "cpu" else str(device))
@@ -263,6 +266,7 @@ def _dumps(obj: Any, reducer_table: _Reducers, reference_mapped: bool,
     picklers: list[tuple[str, Any]] = [("pickle", _FastPickler if fast else _CPickler), ("dill", _DillPickler)]
     for name, cls in picklers:
         index.used = set()
+        tensors.met.meta = False
         placer = Placer(reference_mapped, arena)
         table = _StorageTable(placer, index)
         buf = io.BytesIO()
@@ -286,7 +290,7 @@ def _dumps(obj: Any, reducer_table: _Reducers, reference_mapped: bool,
         skeleton = buf.getvalue()
         memo = _argument_memo(skeleton, containers, index) if cls.takes_containers else []
         return Pickled(skeleton, placer.storages, placer.data_len, placer.deps, name, index.alias_groups(),
-                       placer.in_place, memo)
+                       placer.in_place, memo, tensors.met.meta)
     raise AssertionError("unreachable")
 
 

@@ -12,7 +12,9 @@ The cheaper reduce also keeps the tensor's version counter (``t._version``, what
 in-place change): rebuilding over a storage bumps it (``set_``), where the loader's own tensor may read 0 (a
 safetensors load) or anything else, so the recorded value is set again. An inference tensor has none: it records
 :data:`INFERENCE` instead, and is rebuilt under ``torch.inference_mode()``, an inference tensor again even where
-the hit runs outside inference mode (a loader that enters it itself; the key holds the caller's mode).
+the hit runs outside inference mode (a loader that enters it itself; the key holds the caller's mode). Every other
+tensor is rebuilt outside inference mode (``entry.decode``), an ordinary tensor again even where the hit runs
+inside it. An inference tensor left to torch's reduce is wrapped the same way (:func:`rebuild_inference`).
 
 The storage travels as an :class:`UntypedStorageArg` (the pickler's persistent id for it carries no dtype), so a
 rebuild gets the ``UntypedStorage`` itself, not a ``TypedStorage`` wrapper made only to be unwrapped again;
@@ -22,6 +24,7 @@ with ``torch.empty(0)`` + ``set_`` and ``Parameter``'s own ``_make_subclass`` th
 from __future__ import annotations
 
 import pickle
+import threading
 from typing import Any
 
 import torch
@@ -33,6 +36,7 @@ _Parameter = torch.nn.Parameter
 _set_versions = torch._C._autograd._unsafe_set_version_counter  # ((tensor, ...), (version, ...))
 _inference_mode = torch.inference_mode
 INFERENCE = "inference"  # the recorded version of an inference tensor (which has no version counter)
+met = threading.local()  # met.meta: a meta tensor was reduced in this thread since pickling.dumps reset it
 
 
 class UntypedStorageArg:
@@ -50,6 +54,11 @@ def reduce_tensor(t: torch.Tensor) -> Any:
     if (cls not in _PLAIN or t.layout is not torch.strided or t.device.type == "meta" or t.is_quantized
             or t.is_conj() or t.is_neg() or t._backward_hooks or torch._utils.get_tensor_metadata(t)
             or (t.grad_fn is not None)):
+        if t.device.type == "meta":
+            met.meta = True
+        if t.is_inference():  # torch's reduce, rebuilt in inference mode (entry.decode rebuilds outside it)
+            rv = t.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+            return (rebuild_inference, (rv[0], rv[1])) + tuple(rv[2:])
         return NotImplemented if grad is None else _reduce_keeping_grad(t, grad)
     state = dict(t.__dict__) if t.__dict__ else None
     version = INFERENCE if t.is_inference() else t._version
@@ -94,6 +103,12 @@ def _reduce_keeping_grad(t: torch.Tensor, grad: torch.Tensor) -> tuple:
     """torch's own reduce of ``t``, with its rebuild wrapped to set ``.grad`` again."""
     rv = t.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
     return (rebuild_with_grad, (rv[0], rv[1], grad)) + tuple(rv[2:])
+
+
+def rebuild_inference(rebuild, args: tuple) -> torch.Tensor:
+    """torch's own rebuild of an inference tensor, run in inference mode so that it is one again."""
+    with _inference_mode():
+        return rebuild(*args)
 
 
 def rebuild_with_grad(rebuild, args: tuple, grad: torch.Tensor) -> torch.Tensor:

@@ -3,8 +3,9 @@
 A model loaded with a ``device_map`` spanning several devices, or with CPU/disk offload, carries accelerate
 hooks (``_hf_hook``) that move weights at call time and may point at an offload folder or at weights that are
 not in the model's tensors. Pickling them would either fail or cache something that does not run. Such a
-result is refused with a message naming the adapter, the loader and the fix; the user keeps the plain
-result. A ``device_map`` onto one device attaches no hooks and is cached (it comes back on that device).
+result is not cached by design: one INFO log line names the adapter, the loader and the fix, no warning; the
+user keeps the plain result. A ``device_map`` onto one device attaches no hooks and is cached (it comes back on
+that device).
 
 An adapter that can strip a model's hooks for pickling and re-attach them on the cached copy (overmind-bnb
 does, for the quantized models it owns) says so once, with :func:`carries_hooks`; the modules of a model it
@@ -17,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from overmind.adapter import NotCacheable, label
+from overmind.adapter import NotCacheable, NotCachedByDesign, label
 
 TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ def guard(adapter: str, result: Any, loader: Any) -> Iterator[None]:
     """Refuse dispatched results; re-raise pickling failures with the adapter and versions named."""
     why = _hooked(result)
     if why:
-        raise NotCacheable(
+        raise NotCachedByDesign(
             f"{label(adapter)}: {loader.name} returned a model dispatched by accelerate ({why}: a device_map over "
             f"several devices, or offloading). It is not cached. Load onto one device (device_map='cuda:0' or "
             f"'cpu') to cache it.")
