@@ -41,7 +41,8 @@ if TYPE_CHECKING:
 
 __all__ = ["hookimpl", "PatchTarget", "Spec", "resolve", "resolve_roots", "collect", "waiting_modules", "owns",
            "label", "warn",
-           "version_of", "dist_of", "Uncacheable", "uncacheable", "NotCacheable", "NotCachedByDesign"]
+           "version_of", "dist_of", "Uncacheable", "uncacheable", "NotCacheable", "NotCachedByDesign",
+           "meta_intended"]
 
 
 # --- what an adapter says when it cannot do its job ------------------------------------------------------
@@ -61,6 +62,17 @@ class NotCachedByDesign(NotCacheable):
     """
 
     by_design = True  # what overmind.fallback reads (it does not import the kit)
+
+
+def meta_intended() -> None:
+    """Say, inside an ``overmind_prepare_result`` context, that the meta tensors of the result being readied are
+    meant: a model offloaded to disk whose hooks load those weights at call time, carried by the adapter. Without
+    it, a result holding meta tensors is published only when its key says the call was made to produce them
+    (``init_empty_weights``, a meta default device); otherwise it is returned unpublished, with an INFO line.
+    """
+    from .entry import intend_meta  # at call time: the entry codec imports torch
+
+    intend_meta()
 
 
 def uncacheable(reason: str) -> Uncacheable:

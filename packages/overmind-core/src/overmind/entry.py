@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -43,6 +44,15 @@ class Encoded:
     owns_storages: bool = True
 
 
+_meta = threading.local()  # _meta.intended: an adapter said the result's meta tensors are meant (intend_meta)
+
+
+def intend_meta() -> None:
+    """Called while a result is readied for pickling (an adapter's ``overmind_prepare_result``): its meta tensors
+    are meant (a model offloaded to disk, whose hooks load those weights), whatever the key says."""
+    _meta.intended = True
+
+
 class UnexpectedMeta(OvermindError):
     """The result holds tensors on the meta device (no data) though the call was not made to produce them: some
     process state the key does not describe made them. It is returned, not published."""
@@ -61,17 +71,19 @@ def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = N
     pickled (so an adapter's refusal, which says why, comes first) and before anything is written; what it raises
     propagates.
     ``expect_meta=False``: the key says the call was not made to produce meta tensors (``ambient.makes_meta``);
-    a result holding some raises :class:`UnexpectedMeta` before anything is written.
+    a result holding some raises :class:`UnexpectedMeta` before anything is written, unless an adapter readying it
+    said they are meant (:func:`intend_meta`).
     Raises :class:`~overmind.pickling.PicklingFailed` for a result that cannot be pickled.
     """
     if arena is not None and not (arena.usable and reference_mapped):
         arena = None
     with collector.paused():  # no collection over the user's heap inside a load (see collector.py)
         adapters_meta = hooks.entry_metadata(result, loader)
+        _meta.intended = False
         pickled = _pickle(result, loader, reference_mapped, arguments, arena)
     if not pickled.in_place:
         arena = None  # nothing of the result is in it (an fp16 checkpoint's tensors are file mappings)
-    if pickled.holds_meta and not expect_meta:
+    if pickled.holds_meta and not expect_meta and not getattr(_meta, "intended", False):
         raise UnexpectedMeta(f"{loader.name} returned tensors on the meta device, though the call was not made "
                              f"under init_empty_weights() or a meta default device")
     if before_write is not None:

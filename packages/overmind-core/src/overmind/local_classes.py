@@ -19,6 +19,8 @@ import threading
 import weakref
 from typing import Any, Iterable
 
+from . import interrupts
+
 KEEP = 256  # classes remembered at most (the newest): a loader defined in a loop makes a class per call
 
 _live: list[weakref.ref] = []
@@ -82,7 +84,8 @@ def reduce_class(cls: type) -> Any:
     try:
         by_value = dill.dumps(cls, protocol=5)
         ident = identity(cls)
-    except Exception:  # what the class holds cannot be pickled on its own: the pickler tries it in the graph
+    except Exception as e:  # what the class holds cannot be pickled on its own: the pickler tries it in the graph
+        interrupts.raise_users(e)
         return NotImplemented
     return (live_class, (cls.__module__, cls.__qualname__, ident, by_value))
 
@@ -97,7 +100,8 @@ def live_class(module: str, qualname: str, ident: str, by_value: bytes) -> type:
         try:
             if identity(cls) == ident:
                 return cls
-        except Exception:  # a class the key walk could describe once and no longer can: not this one
+        except Exception as e:  # a class the key walk could describe once and no longer can: not this one
+            interrupts.raise_users(e)
             continue
     import dill
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from overmind.adapter import NotCacheable, NotCachedByDesign, label
+from overmind.adapter import NotCacheable, NotCachedByDesign, label, meta_intended
 
 TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
 if TYPE_CHECKING:
@@ -62,7 +62,10 @@ def _hooked(result: Any) -> str | None:
             hook = getattr(m, "_hf_hook", None)
             if hook is not None:
                 if _claimed(root):
-                    break  # an adapter takes this model's hooks off for pickling and puts them back
+                    # an adapter takes this model's hooks off for pickling and puts them back; the weights its
+                    # hooks load from the offload folder stay on the meta device, as in the plain result
+                    meta_intended()
+                    break
                 return f"{type(m).__name__} carries an accelerate {type(hook).__name__}"
     return None
 
