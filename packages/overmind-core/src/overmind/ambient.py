@@ -45,20 +45,27 @@ def makes_meta(part: tuple) -> bool:
     return part[1] == "meta" or bool(part[3])
 
 
+_pristine: tuple = ()  # the registration methods and constructors last seen all torch's own
+
+
 def _patches(torch) -> tuple:
+    global _pristine
     module = getattr(getattr(torch, "nn", None), "Module", None)
     if module is None:  # torch halfway through its import
         return ()
+    current = tuple(module.__dict__.get(name) for name in _REGISTRATION) + \
+        tuple(getattr(torch, name, None) for name in _CONSTRUCTORS)
+    if current == _pristine:  # compared by identity: the common case costs a tuple
+        return ()
     found = []
-    for name in _REGISTRATION:
-        fn = module.__dict__.get(name)
+    for name, fn in zip(_REGISTRATION, current):
         if getattr(fn, "__qualname__", None) != f"Module.{name}" or fn.__module__ != "torch.nn.modules.module":
             found.append(("Module." + name, fn))
-    for name in _CONSTRUCTORS:
-        fn = getattr(torch, name, None)
+    for name, fn in zip(_CONSTRUCTORS, current[len(_REGISTRATION):]):
         if type(fn).__name__ != "builtin_function_or_method":
             found.append(("torch." + name, fn))
     if not found:
+        _pristine = current
         return ()
     from .canon import canon  # only where something is patched: the key walk imported it already
 
