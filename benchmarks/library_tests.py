@@ -25,9 +25,10 @@ diffusers sdist ships tests/testing_utils.py alone; ``--sdist`` fetches them (``
 and says which files of the selection are missing. A checkout (``--tests``) or a git repository and a tag
 (``--git-dir``/``--ref``, exported with ``git archive``) gives the whole suite. Only its ``tests/`` (and
 ``utils/``) are copied to a staging folder, so the installed library is tested (the repositories' conftest puts
-their ``src/`` first on sys.path). Tests of another version than the installed one fail in places where the
-library changed; the table's header says so, and those failures count only where Overmind changes them. The
-test code is fetched at run time and never stored here. Missing test requirements (``parameterized``,
+their ``src/`` first on sys.path; transformers' mixins import ``src/transformers`` by path, so the staged
+``src/transformers`` links to the installed package). Tests of another version than the installed one fail in
+places where the library changed; the table's header says so, and those failures count only where Overmind
+changes them. The test code is fetched at run time and never stored here. Missing test requirements (``parameterized``,
 ``requests-mock``) are installed into the work folder (``pip install --target``), not into the environment.
 """
 from __future__ import annotations
@@ -252,9 +253,23 @@ def _tests_version(args: argparse.Namespace, library: str) -> str:
     return described.stdout.strip() or "unknown"
 
 
+def _link_installed_src(library: str, stage: Path) -> None:
+    """``stage/src/<library>``: a link to the installed package. The transformers mixins import the package by
+    path from the repository layout (tests/test_pipeline_mixin.py: ``direct_transformers_import(
+    <root>/src/transformers)``); staged without ``src/``, every model test fails to collect. The link keeps
+    the installed library the one tested."""
+    spec = importlib.util.find_spec(library)
+    if spec is None or not spec.submodule_search_locations:
+        return
+    (stage / "src").mkdir(exist_ok=True)
+    (stage / "src" / library).symlink_to(Path(list(spec.submodule_search_locations)[0]).resolve())
+
+
 def stage_tests(args: argparse.Namespace, library: str, work: Path) -> tuple[Path, str]:
     """Copy the library's tests/ (and utils/) to a staging folder; return it and a line saying where from."""
     stage = _fresh(work / f"{library}-tests")
+    if library == "transformers":
+        _link_installed_src(library, stage)
     if args.git_dir:
         _stage_git(args.git_dir, args.ref, stage)
         return stage, f"`git archive {args.ref}` of {args.git_dir}"
