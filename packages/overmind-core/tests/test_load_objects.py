@@ -9,6 +9,7 @@ import torch
 
 import overmind
 from overmind import client as client_mod
+from overmind.client import get_client
 from overmind.testing import overmind_mapped, run_fresh
 
 pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind._C and on its pure-Python twin
@@ -42,8 +43,27 @@ def make_tensors():
     out["grad_leaf"] = torch.randn(3, generator=g).requires_grad_()
     out["tagged"] = torch.arange(5.0).as_subclass(TaggedTensor)
     out["empty"] = torch.empty(0, 3)
-    out["meta"] = torch.empty(4, 4, device="meta")
     return out
+
+
+def make_meta_tensors():
+    """Meta tensors, as a load under a meta default device makes them (a result holding meta tensors is published
+    only where the key says the call was made to produce them: ambient.makes_meta)."""
+    base = torch.empty(4, 6)
+    return {"base": base, "view_t": base.t(), "param": torch.nn.Parameter(torch.empty(2, 3))}
+
+
+def test_meta_tensors_round_trip_where_the_call_asked_for_them(overmind_runtime, monkeypatch):
+    monkeypatch.setenv("OVERMIND_STRICT", "1")
+    with torch.device("meta"):
+        expected = make_meta_tensors()
+        results = [overmind.load(make_meta_tensors), overmind.load(make_meta_tensors)]
+    assert [e["hits"] for e in get_client().ls()] == [1]
+    for result in results:
+        for name, e in expected.items():
+            g = result[name]
+            assert (type(g), g.dtype, g.shape, g.stride(), g.storage_offset(), g.requires_grad, g.device) == \
+                   (type(e), e.dtype, e.shape, e.stride(), e.storage_offset(), e.requires_grad, e.device), name
 
 
 def test_every_dtype_layout_and_type_round_trips(overmind_runtime, monkeypatch):

@@ -49,6 +49,7 @@ def test_init_empty_weights_and_a_plain_load_each_get_their_own_result(fresh):
 
 
 INFERENCE_MODE = '''
+import transformers
 from transformers import BertModel
 
 def load_bert():
@@ -57,7 +58,7 @@ def load_bert():
 
 m, said, through = load(load_bert)
 w = m.embeddings.word_embeddings.weight
-seen = {"inference": w.is_inference(), "said": said}
+seen = {"inference": w.is_inference(), "said": said, "transformers": int(transformers.__version__.split(".")[0])}
 try:
     with torch.no_grad():
         w.add_(1.0)  # an ordinary tensor takes an in-place update outside inference mode
@@ -71,7 +72,8 @@ done(seen, through)
 
 def test_a_load_under_inference_mode_returns_what_plain_transformers_returns(fresh):
     plain, cached = compare_with_plain(fresh, [INFERENCE_MODE, INFERENCE_MODE])
-    assert plain[0]["seen"]["inference"] is False and plain[0]["seen"]["update"] == "ok"
+    # transformers 5 returns ordinary tensors there, 4.x inference tensors: the cache gives each what it gives
+    assert plain[0]["seen"]["inference"] is (plain[0]["seen"]["transformers"] < 5)
     assert cached[1]["through"]["hits"] >= 1
 
 
