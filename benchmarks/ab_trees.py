@@ -3,7 +3,7 @@
     python benchmarks/ab_trees.py REV [--ckpt fp16|fp32] [--mode cold|warm] [-n N] [--scale full|small]
 
 A is a ``git worktree`` of ``REV`` (made under /tmp, removed after) whose ``packages/*/src`` come first on
-``PYTHONPATH``, so its Overmind (client and server) runs with this venv's libraries; the compiled ``overmind._C``
+``PYTHONPATH``, so its Overmind (client and server) runs with this venv's libraries; the compiled ``overmind.native._C``
 of this tree is copied in (the extension's ABI is the venv's). B is this working tree. The processes run
 ``benchmarks/scenarios/blog.py --activate-first`` (the blog's order) and alternate A B A B..., so a drift of the
 machine lands on both. ``cold``: every process gets a fresh runtime directory (its own server), so each one
@@ -37,7 +37,7 @@ def _worktree(rev: str) -> str:
     path = tempfile.mkdtemp(prefix="om-ab-", dir="/tmp")
     subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", "-f", path, rev], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for so in glob.glob(os.path.join(ROOT, "packages/overmind-core/src/overmind/_C*.so")):
+    for so in glob.glob(os.path.join(ROOT, "packages/overmind-core/src/overmind/native/_C*.so")):
         shutil.copy2(so, os.path.join(path, "packages/overmind-core/src/overmind/"))
     return path
 

@@ -49,10 +49,12 @@ qc = {config}
 # libraries transformers imports lazily, the adapters and what their hooks import, the server connection).
 import accelerate, bitsandbytes, transformers.integrations.bitsandbytes, transformers.quantizers.auto
 from transformers.models.llama import modeling_llama
-from overmind import client, hooks, key
+from overmind.client import connection
+from overmind.adapters import hooks
+from overmind.keys import key
 hooks.key_parts(key.describe_loader(AutoModelForCausalLM.from_pretrained),
                   arguments={{"pretrained_model_name_or_path": path, "quantization_config": qc}})
-client.get_client().status()
+connection.get_client().status()
 t = time.perf_counter()
 if case == "plain fp32":
     m = AutoModelForCausalLM.from_pretrained(path)

@@ -1,4 +1,4 @@
-"""What identical-bytes dedup costs a cold load and what it saves (issue 12, ``overmind.dedup``).
+"""What identical-bytes dedup costs a cold load and what it saves (issue 12, ``overmind.entries.dedup``).
 
     python benchmarks/dedup.py [--mib 384] [--reps 3]
 
@@ -64,16 +64,16 @@ class Timers:
     """Inclusive timers around the publish steps, and the dedup plans made."""
 
     def __init__(self) -> None:
-        import overmind.api
-        import overmind.dedup
-        import overmind.pickling
+        import overmind.entries.dedup
+        import overmind.entries.pickling
+        import overmind.loading.flow
         import overmind.shm.writer
 
         self.t: dict[str, float] = {}
         self.plans: list = []
-        for name, owner, attr in (("pickle", overmind.pickling, "dumps"), ("write_entry", overmind.shm.writer,
-                                  "write_entry"), ("publish", overmind.api, "publish"),
-                                  ("dedup", overmind.dedup, "plan")):
+        for name, owner, attr in (("pickle", overmind.entries.pickling, "dumps"), ("write_entry", overmind.shm.writer,
+                                  "write_entry"), ("publish", overmind.loading.flow, "publish"),
+                                  ("dedup", overmind.entries.dedup, "plan")):
             setattr(owner, attr, self._wrap(name, getattr(owner, attr)))
 
     def _wrap(self, name, fn):
@@ -96,7 +96,7 @@ class Timers:
 
 def one_rep(layers: int, dedup_on: bool, timers: Timers) -> dict[str, dict]:
     import overmind
-    from overmind.client import get_client
+    from overmind.client.connection import get_client
     from overmind.testing import isolated_runtime
 
     os.environ["OVERMIND_DEDUP"] = "1" if dedup_on else "0"
@@ -142,7 +142,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     layers = max(3, args.mib // LAYER_MIB)
-    from overmind import dedup
+    from overmind.entries import dedup
 
     timers = Timers()
     runs: dict[tuple[str, bool], list[dict]] = {}

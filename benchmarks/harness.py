@@ -23,7 +23,7 @@ import tempfile
 import time
 from typing import Iterator
 
-from overmind.launcher import server_pids
+from overmind.client.launcher import server_pids
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULT_MARK = "BENCH-RESULT:"

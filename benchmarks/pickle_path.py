@@ -47,7 +47,8 @@ def main() -> None:
     from transformers import CLIPTokenizer, CLIPTokenizerFast
 
     from _support import tiny_models
-    from overmind import hooks, pickling
+    from overmind.adapters import hooks
+    from overmind.entries import pickling
 
     reducers = hooks.reducers()
     fast_cls = pickling._FastPickler

@@ -30,14 +30,14 @@ import report  # noqa: E402
 BUCKETS = [
     ("tokenizer rebuild (overmind-transformers)", ("tokenizer_reduce",)),
     ("pristine checks (pagemap reads)", ("shm/pagemap.py", "_is_pristine")),
-    ("cache key (fingerprints, canon)", ("overmind/key.py",)),
+    ("cache key (fingerprints, canon)", ("overmind/keys/key.py",)),
     ("tensor rebuild (torch._utils)", ("torch/_utils.py",)),
     ("the C unpickler itself (object graph)", ("_pickle.Unpickler",)),
     ("torch C calls (empty, set_, storages)", ("torch._C", "built-in method torch", "method 'set_'", "TensorBase")),
-    ("storages over the mapping", ("zerocopy.py", "pickling.py", "shm/reader.py")),
-    ("client / socket", ("client.py", "protocol.py", "socket")),
+    ("storages over the mapping", ("native/zerocopy.py", "entries/pickling.py", "shm/reader.py")),
+    ("client / socket", ("client/connection.py", "ipc/protocol.py", "socket")),
     ("module __setstate__ / configs", ("module.py", "configuration_utils.py", "conv.py")),
-    ("adapter hooks", ("overmind_diffusers", "overmind_transformers", "overmind_bnb", "overmind_sfast", "hooks.py", "adapters.py")),
+    ("adapter hooks", ("overmind_diffusers", "overmind_transformers", "overmind_bnb", "overmind_sfast", "adapters/hooks.py", "adapters/discovery.py")),
 ]
 
 CHILD = r'''

@@ -12,7 +12,7 @@ are not timed: two clock reads for each of 1,800 storages would add milliseconds
 markdown table (medians, min-max) with the load average at start and end.
 
 Mind ``PYTHONDONTWRITEBYTECODE``: with it set, every module edited since its ``.pyc`` was written is compiled
-again in every process, inside whichever load imports it first (``overmind.client``: 4.5 ms). Set
+again in every process, inside whichever load imports it first (``overmind.client.connection``: 4.5 ms). Set
 ``PYTHONPYCACHEPREFIX`` to a private folder and unset it to measure what an installed package costs.
 """
 from __future__ import annotations
@@ -30,13 +30,13 @@ import harness  # noqa: E402
 import report  # noqa: E402
 
 STEPS = {  # name -> (module, attribute path); timed at their outermost call only
-    "key": ("overmind.key", "make_key"),
-    "server_get": ("overmind.client", "Client.get"),
+    "key": ("overmind.keys.key", "make_key"),
+    "server_get": ("overmind.client.connection", "Client.get"),
     "map": ("overmind.shm.reader", "EntryMapping.__init__"),
-    "unpickle": ("overmind.pickling", "loads"),
+    "unpickle": ("overmind.entries.pickling", "loads"),
     "tokenizer": ("overmind_transformers.tokenizer_reduce", "rebuild_fast_tokenizer"),
-    "remember": ("overmind.provenance", "remember_origin"),
-    "load": ("overmind.api", "_cached_call"),
+    "remember": ("overmind.keys.provenance", "remember_origin"),
+    "load": ("overmind.loading.flow", "_cached_call"),
 }
 
 CHILD = r'''

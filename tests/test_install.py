@@ -3,7 +3,7 @@ Overmind with its compiled extension and the libraries of the chosen extras; one
 the README's supported versions are the packages' own.
 
 The wheelhouse line runs with ``BUILD_PYTHON`` set to this venv's interpreter: the wheels are built there, reusing
-its objects of ``overmind._C``, instead of in a build venv of the script's own (the default, which a user gets)."""
+its objects of ``overmind.native._C``, instead of in a build venv of the script's own (the default, which a user gets)."""
 from __future__ import annotations
 
 import os
@@ -84,7 +84,7 @@ def test_a_fresh_venv_installed_as_the_readme_says_serves_a_cached_load(tmp_path
         if argv[0] == "pip":
             argv = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q", *argv[1:]]
         else:  # the wheels are built with this venv (torch pinned as scripts/wheelhouse pins it), reusing the
-            # objects of its overmind._C (~150 s of CPU less than a build venv of its own: the suite's longest test)
+            # objects of its overmind.native._C (~150 s of CPU less than a build venv of its own: the suite's longest test)
             line_env = {**env, "BUILD_PYTHON": sys.executable}
         out = subprocess.run(argv, cwd=ROOT, env=line_env, capture_output=True, text=True, timeout=1500)
         assert out.returncode == 0, (line, out.stdout[-3000:], out.stderr[-5000:])
@@ -93,7 +93,7 @@ def test_a_fresh_venv_installed_as_the_readme_says_serves_a_cached_load(tmp_path
     load = textwrap.dedent(f"""
         import json, os, sys
         import torch, overmind
-        from overmind import zerocopy
+        from overmind.native import zerocopy
         from overmind.shm import mappings
         def overmind_mapped(address):  # as overmind.testing does (it needs pytest, which this venv lacks): a
             if mappings.contains(address):  # checkpoint file Overmind mapped for a hit (a file entry), or a memfd
@@ -123,7 +123,7 @@ def test_a_fresh_venv_installed_as_the_readme_says_serves_a_cached_load(tmp_path
         assert out.returncode == 0, out.stderr[-5000:]
         runs.append(__import__("json").loads(out.stdout.strip().splitlines()[-1]))
     assert all(r["file"].startswith(str(venv)) for r in runs), runs  # the venv's overmind, not the checkout's
-    assert all(r["impl"] == "c" for r in runs), runs  # overmind._C came with the wheel
+    assert all(r["impl"] == "c" for r in runs), runs  # overmind.native._C came with the wheel
     assert runs[1]["mapped"] and runs[0]["sum"] == runs[1]["sum"], runs
     adapters = subprocess.run([python, "-m", "overmind", "doctor", "--brief"], env=env, capture_output=True,
                               text=True, timeout=300).stdout

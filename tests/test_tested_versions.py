@@ -1,5 +1,5 @@
 """The declared version ranges say exactly what CI tests: each adapter's ``instruments`` range and each
-companion library's tested range (``overmind.compatibility.COMPANIONS``) starts at the oldest lane's release
+companion library's tested range (``overmind.cli.compatibility.COMPANIONS``) starts at the oldest lane's release
 (``scripts/requirements-oldest.txt``) and ends before the release after the newest lane's
 (``scripts/requirements.txt``). Bump a pin, and this test names the range to bump with it. ``overmind doctor``
 reports the installed versions against those ranges."""
@@ -16,7 +16,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from overmind import compatibility
+from overmind.cli import compatibility
 
 ROOT = Path(__file__).resolve().parents[1]
 ADAPTERS = ("transformers", "diffusers", "bnb", "sfast")

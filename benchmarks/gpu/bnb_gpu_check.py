@@ -178,7 +178,7 @@ def check_mode(checks: Checks, mode: str, env: dict[str, str], device: str) -> N
 
 
 def check_server(checks: Checks) -> None:
-    from overmind.client import get_client
+    from overmind.client.connection import get_client
 
     status = get_client().status()
     checks.check(status.get("torch_imported") is False, "server: never imported torch", str(status))

@@ -31,7 +31,7 @@ PRELUDE = '''
 import hashlib, json, os, sys, warnings
 import torch
 import overmind
-from overmind.client import get_client
+from overmind.client.connection import get_client
 from overmind.testing import overmind_mapped, report
 from _support import tiny_models as tm
 

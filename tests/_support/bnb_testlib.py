@@ -74,7 +74,7 @@ class Roundtrip:
     """
 
     def __init__(self, obj: Any, reducers: dict | None = None):
-        from overmind import pickling
+        from overmind.entries import pickling
         from overmind_bnb.reducers import reducer_table
 
         pickled = pickling.dumps(obj, reducers if reducers is not None else reducer_table(), reference_mapped=False)

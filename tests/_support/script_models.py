@@ -1,7 +1,7 @@
 """The TorchScript models of ``test_torchscript.py``, in a module of their own.
 
 TorchScript names a class after its Python module. Under pytest's importlib import mode a test file's module is
-``packages.overmind-core.tests.test_torchscript``, with a ``-``. The compiled import (``overmind._C``) refuses
+``packages.overmind-core.tests.test_torchscript``, with a ``-``. The compiled import (``overmind.native._C``) refuses
 such a name ("Found character '45'") when it compiles a traced archive's classes in a process that has not compiled
 them already, where ``torch.jit.load`` (the twin) accepts it: a known difference of the compiled import.
 Whether a test process has compiled them depends on the order the tests run in, which differs under pytest-xdist;

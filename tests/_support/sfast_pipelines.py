@@ -46,7 +46,7 @@ def build(ckpt):
     pipe = StableDiffusionPipeline.from_pretrained(ckpt, dtype=torch.float32, safety_checker=None)
     pipe.set_progress_bar_config(disable=True)
     pipe = compile(pipe, cpu_config())
-    # its own generator: a loader that draws from the global one is not cached (overmind/randomness.py)
+    # its own generator: a loader that draws from the global one is not cached (overmind/loading/randomness.py)
     pipe("warm-up", num_inference_steps=STEPS, height=SIZE, width=SIZE, generator=torch.Generator().manual_seed(0))
     return pipe
 

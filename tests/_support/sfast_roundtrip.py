@@ -8,7 +8,7 @@ from typing import Any, Mapping
 
 def roundtrip(obj: Any, table: Mapping[type, Any]) -> Any:
     """``obj`` pickled with the reducer ``table`` into a sealed memfd and rebuilt from a private mapping."""
-    from overmind import pickling
+    from overmind.entries import pickling
     from overmind.shm.reader import EntryMapping
     from overmind.shm.writer import write_entry
 

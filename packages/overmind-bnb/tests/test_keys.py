@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from transformers import BitsAndBytesConfig
 
-from overmind import key
+from overmind.keys import key
 from overmind_bnb import plugin
 from overmind_bnb.keys import config_stand_in, key_parts
 

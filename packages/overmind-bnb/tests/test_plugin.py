@@ -4,15 +4,15 @@ from __future__ import annotations
 from bitsandbytes.nn import Int8Params, Params4bit
 
 from _support import pythonpath_env
-from overmind import adapters, hooks
+from overmind.adapters import discovery, hooks
 from overmind_bnb import plugin
 from overmind_bnb.reducers import reduce_quantized_param
 
 
 def test_discovered_and_loaded_through_the_entry_point():
-    state = adapters.states()["bnb"]
+    state = discovery.states()["bnb"]
     assert (state.status, state.dist) == ("loaded", "overmind-bnb"), state.reason
-    pm = adapters.get_manager()
+    pm = discovery.get_manager()
     assert pm.get_plugin("bnb") is plugin
     pm.check_pending()  # every hookimpl names a hookspec, with matching arguments
 
@@ -25,7 +25,7 @@ def test_core_reducer_table_holds_ours():
 def test_after_unpickle_runs_before_other_adapters():
     """``overmind_after_unpickle`` chains through the adapters; this one re-attaches hooks first, so others
     see a model that behaves like a freshly loaded one."""
-    impls = adapters.get_manager().hook.overmind_after_unpickle.get_hookimpls()
+    impls = discovery.get_manager().hook.overmind_after_unpickle.get_hookimpls()
     assert impls[-1].plugin_name == "bnb" and impls[-1].tryfirst  # pluggy calls the list's end first
 
 
@@ -36,7 +36,7 @@ def test_reducers_asked_before_bitsandbytes_is_imported_still_apply():
 
     result = run_fresh('''
         import sys, torch
-        from overmind import adapters, hooks
+        from overmind.adapters import discovery, hooks
         from overmind.testing import report
         table = hooks.reducers()
         assert "bitsandbytes" not in sys.modules, "asking for reducers must not import bitsandbytes"

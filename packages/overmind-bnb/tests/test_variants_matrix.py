@@ -123,7 +123,7 @@ CACHED = textwrap.dedent('''
     import overmind
     overmind.activate()
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
-    from overmind.client import get_client
+    from overmind.client.connection import get_client
     from overmind.testing import report
 
     def server_state():
@@ -142,7 +142,7 @@ CACHED = textwrap.dedent('''
 REFERENCE = textwrap.dedent('''
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
     from overmind.testing import report
-    from overmind import patching
+    from overmind.adapters import patching
     assert not patching.patched_targets()  # the plain loader: nothing routed through the cache
     out = {}
     for name, kwargs in %(variants)s:
@@ -363,7 +363,8 @@ def _repacks_4bit_for_this_cpu() -> bool:
 def in_process(overmind_runtime, monkeypatch):
     """Loads through the cache in this process (strict: a fallback fails the test); afterwards the adapters
     are forgotten and bitsandbytes' conversion is put back, so no other test sees this one's state."""
-    from overmind import activation, patching
+    from overmind import activation
+    from overmind.adapters import patching
 
     monkeypatch.setenv("OVERMIND_STRICT", "1")
     monkeypatch.setenv("OVERMIND_DISABLED_ADAPTERS", "fixture,fixture_broken,future")

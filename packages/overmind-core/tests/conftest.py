@@ -1,5 +1,5 @@
 """Shared fixtures for overmind-core tests: sealed memfds and the zero-copy implementation switch (``impl``:
-every test that takes it runs on ``overmind._C`` and on the pure-Python twin; the compiled run is skipped only
+every test that takes it runs on ``overmind.native._C`` and on the pure-Python twin; the compiled run is skipped only
 when the extension does not import here).
 
 A private runtime directory and its server is the one fixture every suite uses, ``overmind_runtime`` (from the
@@ -47,16 +47,16 @@ def sealed_memfd():
 
 @pytest.fixture(scope="session")
 def compiled_function():
-    """``compiled_function(name)``: that function of ``overmind._C``; skips the test when the extension does not
+    """``compiled_function(name)``: that function of ``overmind.native._C``; skips the test when the extension does not
     import here, or was built before it had ``name``."""
     def get(name: str):
         problem = _extension_problem()
         if problem:
-            pytest.skip(f"overmind._C does not import here ({problem})")
-        from overmind import _C
+            pytest.skip(f"overmind.native._C does not import here ({problem})")
+        from overmind.native import _C
 
         if not hasattr(_C, name):
-            pytest.skip(f"overmind._C predates {name}: rebuild it with scripts/setup")
+            pytest.skip(f"overmind.native._C predates {name}: rebuild it with scripts/setup")
         return getattr(_C, name)
 
     return get
@@ -64,7 +64,7 @@ def compiled_function():
 
 def _extension_problem() -> str | None:
     try:
-        import overmind._C  # noqa: F401
+        import overmind.native._C  # noqa: F401
     except Exception as exc:
         return f"{type(exc).__name__}: {exc}"
     return None
@@ -72,18 +72,18 @@ def _extension_problem() -> str | None:
 
 @pytest.fixture
 def extension_problem() -> str | None:
-    """Why ``overmind._C`` does not import here (``"ImportError: ..."``), or None when it does."""
+    """Why ``overmind.native._C`` does not import here (``"ImportError: ..."``), or None when it does."""
     return _extension_problem()
 
 
 @pytest.fixture(params=["c", "python"])
 def impl(request, monkeypatch):
     """Select one implementation through OVERMIND_ZEROCOPY, as a user would; restore the default after."""
-    from overmind import zerocopy
+    from overmind.native import zerocopy
 
     problem = _extension_problem() if request.param == "c" else None
     if problem:
-        pytest.skip(f"overmind._C does not import here ({problem})")
+        pytest.skip(f"overmind.native._C does not import here ({problem})")
     monkeypatch.setenv(zerocopy.ENV, request.param)
     assert zerocopy._select() == request.param
     yield request.param

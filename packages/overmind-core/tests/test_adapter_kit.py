@@ -9,7 +9,7 @@ import warnings
 
 from overmind import adapter
 from overmind.fallback import OvermindWarning
-from overmind.key import Unkeyable
+from overmind.keys.key import Unkeyable
 
 
 def test_every_public_name_exists():

@@ -1,11 +1,11 @@
 """Argument substitution without a server: which objects of a call's arguments the pickler writes as references
-(the objects themselves, never atoms or copies), and what a rebuild refuses (see overmind.arguments_ref)."""
+(the objects themselves, never atoms or copies), and what a rebuild refuses (see overmind.entries.arguments_ref)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from overmind import arguments_ref, pickling
+from overmind.entries import arguments_ref, pickling
 
 
 def _round_trip(obj, arguments, rebuild_arguments=None):

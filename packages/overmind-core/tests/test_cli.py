@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from overmind.client import Client
-from overmind.launcher import accepts
-from overmind.protocol import PROTOCOL_VERSION
+from overmind.client.connection import Client
+from overmind.client.launcher import accepts
+from overmind.ipc.protocol import PROTOCOL_VERSION
 
 OVERMIND = os.path.join(os.path.dirname(sys.executable), "overmind")
 
@@ -95,7 +95,7 @@ def test_doctor_brief_prints_one_line_per_check(served):
     lines = out.stdout.splitlines()
     names = [line.split()[1] for line in lines]
     assert names[:5] == ["memfd", "runtime", "budget", "server", "zero-copy"]
-    # then one line per installed adapter, then one per installed library (overmind.compatibility)
+    # then one line per installed adapter, then one per installed library (overmind.cli.compatibility)
     assert set(names[5:]) == {"adapter", "library"} and names[5:] == sorted(names[5:])
     assert any(line.split()[2] == "future" and "skipped" in line and "torch>=99" in line for line in lines[5:])
     assert all(line.split()[0] in ("ok", "warn") for line in lines)

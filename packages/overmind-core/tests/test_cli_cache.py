@@ -13,9 +13,9 @@ import textwrap
 import pytest
 
 import overmind
-from overmind.cache import AmbiguousPrefix, CacheEntry, CacheInfo
-from overmind.cli import EXIT_CODES
-from overmind.client import Client
+from overmind.cli.main import EXIT_CODES
+from overmind.client.connection import Client
+from overmind.inspection import AmbiguousPrefix, CacheEntry, CacheInfo
 
 LONG = "/srv/models/huggingface/hub/models--org--a-very-long-repository-name/snapshots/0123456789abcdef"
 

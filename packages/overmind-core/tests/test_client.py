@@ -7,10 +7,10 @@ import threading
 
 import pytest
 
-from overmind import client as client_mod
-from overmind import runtime
-from overmind.client import Client, get_client
+from overmind.client import connection as client_mod
+from overmind.client.connection import Client, get_client
 from overmind.errors import OvermindError, RuntimeDirError, ServerUnavailable
+from overmind.ipc import runtime
 
 
 # ---- runtime directory ---------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 
 from _support import fault_procs
 
-pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind._C and on its pure-Python twin
+pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind.native._C and on its pure-Python twin
 
 LOADER = """
 import overmind

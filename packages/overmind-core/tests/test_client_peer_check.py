@@ -14,8 +14,8 @@ import tempfile
 import pytest
 
 from _support import fault_procs
-from overmind.launcher import ensure_server
-from overmind.protocol import PROTOCOL_VERSION
+from overmind.client.launcher import ensure_server
+from overmind.ipc.protocol import PROTOCOL_VERSION
 from overmind.testing import server_pids, stop_servers
 
 NOBODY = 65534
@@ -26,9 +26,9 @@ ATTEMPTS = 25
 # (the race won), then swaps the victim's back and checks that the real server still answers.
 VICTIM = """
 import collections, os
-from overmind import peer
-from overmind.client import Client
-from overmind.peer import UntrustedServer
+from overmind.ipc import peer
+from overmind.client.connection import Client
+from overmind.ipc.peer import UntrustedServer
 from overmind.testing import report
 rt = os.environ["OVERMIND_RUNTIME_DIR"]
 real_pid = int(os.environ["REAL_PID"])

@@ -125,7 +125,7 @@ report({"failure": failure, "duration": DURATION, "lost": lost})
 """
 
 
-@pytest.mark.usefixtures("impl")  # on overmind._C and on its pure-Python twin
+@pytest.mark.usefixtures("impl")  # on overmind.native._C and on its pure-Python twin
 def test_a_signal_handlers_exception_reaches_the_user_wherever_it_lands(overmind_runtime):
     # OVERMIND_WAIT_TIMEOUT well above the check's 5 s: a claim left behind shows as a wait and a warning.
     got = fault_procs.run(CHILD, {"EXAMPLES": "120", "OVERMIND_WAIT_TIMEOUT": "20"}, timeout=600)
@@ -173,9 +173,9 @@ def test_overmind_runs_no_python_code_when_an_object_dies(overmind_runtime):
 
 # The code a load or activate() runs in the user's process. Not here: the server (its own process), the CLI and
 # doctor (commands, not loads), overmind run's runner (its own processes and protocol), testing.py, the
-# interrupts module itself, and deepstack.py (its handler runs in a helper thread, where no signal handler runs,
+# interrupts module itself, and entries/deep_recursion.py (its handler runs in a helper thread, where no signal handler runs,
 # and hands the exception to the waiting caller).
-_NOT_LOAD_PATH = ("server/", "runner/", "cli.py", "doctor.py", "testing.py", "interrupts.py", "deepstack.py")
+_NOT_LOAD_PATH = ("server/", "runner/", "cli/main.py", "cli/doctor.py", "testing.py", "_util/interrupts.py", "entries/deep_recursion.py")
 _BROAD = {"Exception", "BaseException", "OSError", "TimeoutError", "EnvironmentError", "IOError"}
 
 

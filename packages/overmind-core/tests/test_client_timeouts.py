@@ -18,7 +18,7 @@ from _support import fault_procs
 from overmind.fallback import OvermindWarning
 from overmind.testing import overmind_mapped, server_pids
 
-pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind._C and on its pure-Python twin
+pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind.native._C and on its pure-Python twin
 
 FRESH_LOAD = """
 import time, warnings, torch, overmind

@@ -1,5 +1,5 @@
 """code_identity.distribution_of names installed code by what importlib.metadata says installed it, for every
-top-level module of every installed distribution (it reads the records through overmind.installed, without
+top-level module of every installed distribution (it reads the records through overmind._util.distributions, without
 importlib.metadata's email parser: the same answer is the point, a different one would change keys)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import importlib.metadata as metadata
 import importlib.util
 import sys
 
-from overmind import code_identity
+from overmind.keys import code_identity
 
 
 def _importlib_answer(top: str) -> tuple | None:

@@ -1,6 +1,6 @@
 """Identical bytes stored once (issue 12): an entry whose storages hold bytes another entry already holds
 references them there (found by a sampled key, confirmed by a byte compare), and a rebuild is the plain
-result all the same: equal values, distinct storages, copy-on-write per object (overmind.dedup)."""
+result all the same: equal values, distinct storages, copy-on-write per object (overmind.entries.dedup)."""
 from __future__ import annotations
 
 import os
@@ -9,13 +9,13 @@ import pytest
 import torch
 
 import overmind
-from overmind import dedup
-from overmind.client import get_client
+from overmind.client.connection import get_client
+from overmind.entries import dedup
 from overmind.server.blobs import BlobIndex, held_bytes
 from overmind.shm import mappings
 from overmind.testing import run_fresh
 
-pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind._C and on its pure-Python twin
+pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind.native._C and on its pure-Python twin
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WIDTH = 256  # a 256x256 float32 weight is 256 KiB: above dedup.MIN_BYTES; its 1 KiB bias is below
@@ -97,7 +97,7 @@ def test_one_model_two_loaders_one_copy(overmind_runtime):
 
 FRESH = """
 import torch, overmind
-from overmind.client import get_client
+from overmind.client.connection import get_client
 from overmind.testing import report
 
 

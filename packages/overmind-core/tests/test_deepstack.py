@@ -1,5 +1,5 @@
-"""deepstack.call: the pickler runs where the C stack holds the recursion limit (this thread, else a helper thread),
-and the user's recursion limit is left as it was (see overmind.deepstack)."""
+"""deep_recursion.call: the pickler runs where the C stack holds the recursion limit (this thread, else a helper thread),
+and the user's recursion limit is left as it was (see overmind.entries.deep_recursion)."""
 from __future__ import annotations
 
 import pickle
@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from overmind import deepstack, zerocopy
+from overmind.entries import deep_recursion
+from overmind.native import zerocopy
 
 
 @pytest.fixture
@@ -19,7 +20,7 @@ def limit():
 
 
 def _where(fn=lambda: None):
-    return deepstack.call(lambda: (threading.current_thread().name, sys.getrecursionlimit(), fn()))
+    return deep_recursion.call(lambda: (threading.current_thread().name, sys.getrecursionlimit(), fn()))
 
 
 def test_runs_in_this_thread_where_its_stack_holds_the_limit(impl, limit):
@@ -30,7 +31,7 @@ def test_runs_in_this_thread_where_its_stack_holds_the_limit(impl, limit):
     sys.setrecursionlimit(1000)
     assert _where()[:2] == (("MainThread" if impl == "c" else "overmind-pickler"), 1000)
     with pytest.raises(KeyError, match="boom"):
-        deepstack.call(lambda: {}["boom"])
+        deep_recursion.call(lambda: {}["boom"])
 
 
 def test_a_limit_beyond_this_stack_runs_on_a_helper_thread(impl, limit):
@@ -68,15 +69,15 @@ def test_a_deep_graph_pickles_in_this_thread_up_to_the_limit(impl, limit):
 
 
 def test_a_limit_beyond_the_largest_stack_is_capped_only_while_it_runs(limit):
-    huge = 10 * deepstack.stack_for(10**9)[1]
+    huge = 10 * deep_recursion.stack_for(10**9)[1]
     sys.setrecursionlimit(huge)
-    during = deepstack.call(sys.getrecursionlimit)
-    assert during == deepstack.stack_for(huge)[1] < huge
+    during = deep_recursion.call(sys.getrecursionlimit)
+    assert during == deep_recursion.stack_for(huge)[1] < huge
     assert sys.getrecursionlimit() == huge
 
 
 def test_overlapping_calls_from_two_threads_put_the_users_limit_back(limit):
-    huge = 10 * deepstack.stack_for(10**9)[1]
+    huge = 10 * deep_recursion.stack_for(10**9)[1]
     sys.setrecursionlimit(huge)
     inside, release = threading.Barrier(2), threading.Event()
 
@@ -84,10 +85,10 @@ def test_overlapping_calls_from_two_threads_put_the_users_limit_back(limit):
         inside.wait(timeout=30)
         release.wait(timeout=30)
 
-    other = threading.Thread(target=deepstack.call, args=(slow,))
+    other = threading.Thread(target=deep_recursion.call, args=(slow,))
     other.start()
     inside.wait(timeout=30)  # the other call holds the cap now
-    assert deepstack.call(sys.getrecursionlimit) < huge
+    assert deep_recursion.call(sys.getrecursionlimit) < huge
     assert sys.getrecursionlimit() < huge, "the cap was lifted while another pickling still runs"
     release.set()
     other.join(timeout=30)
@@ -95,7 +96,7 @@ def test_overlapping_calls_from_two_threads_put_the_users_limit_back(limit):
 
 
 def test_a_limit_the_user_sets_meanwhile_is_kept(limit):
-    huge = 10 * deepstack.stack_for(10**9)[1]
+    huge = 10 * deep_recursion.stack_for(10**9)[1]
     sys.setrecursionlimit(huge)
-    deepstack.call(sys.setrecursionlimit, 5000)
+    deep_recursion.call(sys.setrecursionlimit, 5000)
     assert sys.getrecursionlimit() == 5000

@@ -1,5 +1,5 @@
 """The documents a newcomer reads first say what the code does: docs/architecture.md lists every module of
-overmind-core, and docs/adapters.md's hook table is the one declared in ``overmind.hookspecs.SPECS`` (each
+overmind-core, and docs/adapters.md's hook table is the one declared in ``overmind.adapters.hookspecs.SPECS`` (each
 hook's signature with its types, its kind and when it runs)."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import overmind
-from overmind import hookspecs
+from overmind.adapters import hookspecs
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
 PACKAGE = Path(overmind.__file__).parent

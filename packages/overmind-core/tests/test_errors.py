@@ -25,14 +25,14 @@ def core_exceptions() -> dict[str, type]:
 
 def test_every_exception_of_the_core_is_an_overmind_error():
     found = core_exceptions()
-    assert {"overmind.errors.Unkeyable", "overmind.pickling.PicklingFailed", "overmind.patching.PatchError"} <= set(found)
+    assert {"overmind.errors.Unkeyable", "overmind.entries.pickling.PicklingFailed", "overmind.adapters.patching.PatchError"} <= set(found)
     outside = sorted(n for n, cls in found.items() if not issubclass(cls, OvermindError))
     assert not outside, f"not under OvermindError: {outside}"
 
 
 def test_builtin_categories_are_kept():
+    from overmind.adapters.patching import PatchError
     from overmind.fallback import CacheBypassed
-    from overmind.patching import PatchError
     from overmind.shm.layout import LayoutError
 
     assert issubclass(CacheBypassed, RuntimeError) and issubclass(PatchError, RuntimeError)

@@ -16,11 +16,11 @@ import pytest
 import torch
 
 import overmind
-from overmind import entry as entry_mod
-from overmind.cache import cache_info
-from overmind.client import Client
+from overmind.client.connection import Client
+from overmind.entries import codec as entry_mod
 from overmind.errors import ServerError
-from overmind.protocol import file_entry_id, file_identity
+from overmind.inspection import cache_info
+from overmind.ipc.protocol import file_entry_id, file_identity
 from overmind.shm import filemaps, mappings, writer
 from overmind.shm.placer import Placer
 from overmind.shm.reader import FileMapping
@@ -144,7 +144,7 @@ def test_a_hit_references_the_checkpoint_file_and_holds_no_copy_of_its_bytes(ove
     assert info.status["files"] == 1 and info.status["file_bytes"] == size
     assert info.status["bytes"] == entry.nbytes, "file bytes are page cache, not counted in the budget"
     assert entry.to_json()["file_nbytes"] == size and info.to_json()["file_bytes"] == size
-    from overmind.listing import render
+    from overmind.cli.listing import render
 
     total = render(info.entries, width=200)[-1]
     assert total.startswith("1 entries, ") and "in 1 checkpoint file referenced (page cache)" in total, total

@@ -1,4 +1,4 @@
-"""A loader that draws from the global random generators is never served from the cache (``randomness.py``).
+"""A loader that draws from the global random generators is never served from the cache (``loading/randomness.py``).
 
 The plain call's values depend on where it found the generators, and it leaves them further on; a hit would
 give the first call's values and leave them where they were. Hypothesis generates loaders (draws from torch,
@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import overmind
-from overmind import client as client_mod
-from overmind import randomness
+from overmind.client import connection as client_mod
+from overmind.loading import randomness
 
 GLOBAL_OPS = ("torch", "torch-discarded", "random", "numpy", "seed-torch", "seed-random", "seed-then-draw")
 LOCAL_OPS = ("private-generator", "nothing")
@@ -98,7 +98,7 @@ def test_torch_imported_by_the_loader_is_compared_with_its_starting_state():
 
     script = """
 import sys
-from overmind import randomness
+from overmind.loading import randomness
 from overmind.testing import report
 before = randomness.snapshot()
 assert "torch" not in before
@@ -117,7 +117,7 @@ def test_numpy_imported_by_the_loader_is_compared_with_a_new_generator(draws):
     from overmind.testing import run_fresh
 
     script = f"""
-from overmind import randomness
+from overmind.loading import randomness
 from overmind.testing import report
 before = randomness.snapshot()
 assert "numpy.random" not in before, sorted(before)

@@ -1,4 +1,4 @@
-"""heap.trim after a large rebuild: glibc gives the freed temporaries back, nothing held changes. A decode
+"""heap_trim.trim after a large rebuild: glibc gives the freed temporaries back, nothing held changes. A decode
 whose skeleton is large trims once; a small one does not (no cost on small loads)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import ctypes
 import torch
 
 import overmind
-from overmind import heap
+from overmind._util import heap_trim
 
 
 def _big_vocab():
@@ -21,15 +21,15 @@ def _small():
 def test_trim_runs_on_this_glibc_and_changes_nothing_held():
     kept = [bytearray(4096) for _ in range(100)]
     addresses = [ctypes.addressof((ctypes.c_char * 1).from_buffer(b)) for b in kept]
-    assert heap.trim() is True
+    assert heap_trim.trim() is True
     assert [ctypes.addressof((ctypes.c_char * 1).from_buffer(b)) for b in kept] == addresses
     assert all(b == bytearray(4096) for b in kept)
 
 
 def test_a_large_skeleton_trims_once_a_small_one_not(overmind_runtime, monkeypatch):
     calls = []
-    real = heap.trim
-    monkeypatch.setattr(heap, "trim", lambda: calls.append(1) or real())
+    real = heap_trim.trim
+    monkeypatch.setattr(heap_trim, "trim", lambda: calls.append(1) or real())
     overmind.load(_big_vocab)
     overmind.load(_small)
     published = len(calls)

@@ -12,16 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import overmind
-from overmind import activation, adapters, hooks, hookspecs
-from overmind.adapters import AdapterError
+from overmind import activation
+from overmind.adapters import discovery, hooks, hookspecs
+from overmind.adapters.discovery import AdapterError
+from overmind.adapters.hookspecs import SPECS, Kind, When
 from overmind.fallback import OvermindWarning
-from overmind.hookspecs import SPECS, Kind, When
 from overmind.testing import overmind_mapped
 
 
 @pytest.fixture(autouse=True)
 def only_test_adapters(monkeypatch):
-    names = {ep.name for ep in metadata.entry_points(group=adapters.GROUP)}
+    names = {ep.name for ep in metadata.entry_points(group=discovery.GROUP)}
     monkeypatch.setenv("OVERMIND_DISABLED_ADAPTERS", ",".join(sorted(names)))
     activation.reset()
     yield
@@ -100,7 +101,7 @@ def test_every_hook_in_the_specs_is_called_by_a_load(overmind_runtime, monkeypat
     monkeypatch.setenv("OVERMIND_STRICT", "1")
     assert {n for n in dir(Recorder) if n.startswith("overmind_")} == set(SPECS)  # a new hook needs a row here
     recorder = Recorder()
-    adapters.register_adapter("recorder", recorder)
+    discovery.register_adapter("recorder", recorder)
     activation.activate(strict=True)
     first = overmind.load(make_pair, 1, token=Token(2))
     second = overmind.load(make_pair, 1, token=Token(2))
@@ -126,7 +127,7 @@ def test_a_live_only_hook_waits_for_the_adapters_library(monkeypatch):
         def overmind_key_parts(self, loader, arguments):
             return ["late"]
 
-    state = adapters.register_adapter("late", Late())
+    state = discovery.register_adapter("late", Late())
     state.modules = (("overmind_no_such_library",),)  # as if its library were not imported yet
     assert hooks.entry_metadata(object(), None) == {}
     assert hooks.key_parts(None, {}) == [["late"]]  # key hooks run in every process
@@ -140,8 +141,8 @@ def test_wrapper_impls_are_refused_at_registration(option):
             yield
 
     with pytest.raises(AdapterError, match=rf"adapter wrapping .*overmind_key_parts.*{option}=True.*Drop {option}=True"):
-        adapters.register_adapter("wrapping", Wrapping())
-    assert adapters.get_manager().get_plugin("wrapping") is None
+        discovery.register_adapter("wrapping", Wrapping())
+    assert discovery.get_manager().get_plugin("wrapping") is None
     assert hooks.key_parts(None, {}) == []
 
 
@@ -151,7 +152,7 @@ def test_a_failing_hook_is_named_and_skipped():
         def overmind_key_for_value(self, value):
             raise RuntimeError("boom")
 
-    adapters.register_adapter("broken", Broken())
+    discovery.register_adapter("broken", Broken())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert hooks.key_for_value(Token(1)) is None

@@ -86,11 +86,11 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 
 def test_the_reader_sees_the_imports():
-    assert "overmind.hooks" in imports_of("overmind.api")
-    assert "overmind.errors" in imports_of("overmind.patching")
-    assert "overmind.api" in imports_of("overmind.activation")  # inside a function: counted
-    assert "overmind.canon_torch" in imports_of("overmind.canon")  # inside a method: counted
-    assert "overmind.key" not in imports_of("overmind.hookspecs")  # under TYPE_CHECKING only
+    assert "overmind.adapters.hooks" in imports_of("overmind.loading.flow")
+    assert "overmind.errors" in imports_of("overmind.adapters.patching")
+    assert "overmind.loading.flow" in imports_of("overmind.activation")  # inside a function: counted
+    assert "overmind.keys.canon_torch" in imports_of("overmind.keys.canon")  # inside a method: counted
+    assert "overmind.keys.key" not in imports_of("overmind.adapters.hookspecs")  # under TYPE_CHECKING only
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
@@ -101,9 +101,9 @@ def test_no_import_cycle_in_overmind():
 
 
 def test_patching_knows_nothing_of_the_load_path():
-    assert imports_of("overmind.patching") <= {"overmind.errors", "overmind.records"}
-    assert imports_of("overmind.records") == set()  # a leaf: the frozen record base
-    assert "import api" not in MODULES["overmind.patching"].read_text()
+    assert imports_of("overmind.adapters.patching") <= {"overmind.errors", "overmind._util.frozen"}
+    assert imports_of("overmind._util.frozen") == set()  # a leaf: the frozen record base
+    assert "import api" not in MODULES["overmind.adapters.patching"].read_text()
 
 
 def test_the_fixture_adapter_needs_nothing_of_overmind_but_the_kit():

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from overmind import importwatch
+from overmind.adapters import importwatch
 
 
 def test_callback_runs_after_the_module_is_fully_imported(tmp_path, monkeypatch):

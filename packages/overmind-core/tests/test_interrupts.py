@@ -1,4 +1,4 @@
-"""``overmind.interrupts``: a signal handler's exception is told from every other, whatever form the handler takes
+"""``overmind._util.interrupts``: a signal handler's exception is told from every other, whatever form the handler takes
 and however deep Overmind's own errors wrap it; ``suppress`` lets it through and swallows the rest."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from overmind import interrupts
+from overmind._util import interrupts
 
 
 class Deadline(Exception):

@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from overmind import key
+from overmind.keys import key
 
 
 def loader(path, token=None, revision="main", **kwargs):

@@ -19,7 +19,8 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from overmind import hooks, key
+from overmind.adapters import hooks
+from overmind.keys import key
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -378,7 +379,7 @@ def test_dtype_and_torch_dtype_share_a_key(tmp_path, activated):
     path = tmp_path / "m"
     transformers.LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
                              num_key_value_heads=2, vocab_size=64).save_pretrained(path)
-    from overmind import patching
+    from overmind.adapters import patching
 
     owner = transformers.LlamaForCausalLM
     original = patching.get_original(transformers.PreTrainedModel, "from_pretrained")
@@ -407,7 +408,8 @@ import overmind
 overmind.activate()
 import torch
 from transformers import BitsAndBytesConfig
-from overmind import hooks, key
+from overmind.adapters import hooks
+from overmind.keys import key
 from overmind.testing import report
 assert "bitsandbytes" not in sys.modules
 

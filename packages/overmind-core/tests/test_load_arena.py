@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import overmind
-from overmind import pickling
-from overmind.client import get_client
+from overmind.client.connection import get_client
+from overmind.entries import pickling
 from overmind.fallback import OvermindWarning
 from overmind.shm import arena, reader, writer
 from overmind.testing import run_fresh
@@ -29,8 +29,8 @@ SMALL = 4096
 def placing(monkeypatch, extension_problem):
     """Arenas available (the compiled extension in use) and placing anything of a page or more."""
     if extension_problem:
-        pytest.skip(f"overmind._C does not import here ({extension_problem})")
-    from overmind import zerocopy
+        pytest.skip(f"overmind.native._C does not import here ({extension_problem})")
+    from overmind.native import zerocopy
 
     monkeypatch.setenv(zerocopy.ENV, "c")
     zerocopy._select()
@@ -89,7 +89,7 @@ def _meta(loader_suffix: str) -> dict:
 
 FRESH = """
 import torch, overmind
-from overmind.client import get_client
+from overmind.client.connection import get_client
 from overmind.shm import arena
 from overmind.testing import report, overmind_mapped
 arena.THRESHOLD = 4096
@@ -255,7 +255,7 @@ def _mapping_of(address: int) -> str | None:
 FORK_LOADER = """
 import os, sys, torch, overmind
 from overmind.shm import arena
-from overmind.client import get_client
+from overmind.client.connection import get_client
 from overmind.testing import report
 arena.THRESHOLD = 4096
 

@@ -12,14 +12,14 @@ import threading
 
 import pytest
 
-from overmind import collector
+from overmind._util import gc_pause
 from overmind.testing import run_fresh
 
-pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind._C and on its pure-Python twin
+pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind.native._C and on its pure-Python twin
 
 PRELUDE = '''
 import gc, threading, warnings, weakref, torch, overmind
-from overmind import collector
+from overmind._util import gc_pause
 from overmind.testing import report
 
 def build(n):
@@ -44,7 +44,7 @@ def garbage_cycle():
 events = []  # (where, generation, pauses in progress) of every collection that starts
 where = ["outside"]
 gc.callbacks.append(lambda phase, info: phase == "start" and events.append(
-    (where[0], info["generation"], collector.depth())))
+    (where[0], info["generation"], gc_pause.depth())))
 
 def loading(fn, *args):
     where[0] = "load"
@@ -70,7 +70,7 @@ del events[:]
 hit = loading(build, 2000)
 report({"miss_in_load": miss_events, "hit_in_load": in_load(), "enabled": gc.isenabled(),
         "thresholds": gc.get_threshold(), "same": all(torch.equal(a.weight, b.weight) for a, b in zip(miss, hit)),
-        "depth": collector.depth()})
+        "depth": gc_pause.depth()})
 ''')
     # The collections inside the load are the ones its own pause-end runs (young only, none of them full) and
     # the user's loader's own on the miss (it runs with the collector on, as without Overmind).
@@ -126,7 +126,7 @@ else:
         warnings.simplefilter("always")
         loading(with_lock, 1)
     assert len(caught) == 1, [str(w.message) for w in caught]
-report({"enabled": gc.isenabled(), "thresholds": gc.get_threshold(), "depth": collector.depth(),
+report({"enabled": gc.isenabled(), "thresholds": gc.get_threshold(), "depth": gc_pause.depth(),
         "collections_in_load": in_load() if case == "disabled by the user" else []})
 '''.replace("CASE", repr(case)))
     assert out["enabled"] == (case != "disabled by the user"), out
@@ -139,14 +139,14 @@ def test_paused_restores_on_exception_nests_and_leaves_a_disabled_collector_off(
     try:
         gc.enable()
         with pytest.raises(KeyError):
-            with collector.paused():
-                with collector.paused():
-                    assert not gc.isenabled() and collector.depth() == 2
-                assert not gc.isenabled() and collector.depth() == 1
+            with gc_pause.paused():
+                with gc_pause.paused():
+                    assert not gc.isenabled() and gc_pause.depth() == 2
+                assert not gc.isenabled() and gc_pause.depth() == 1
                 raise KeyError("x")
-        assert gc.isenabled() and collector.depth() == 0
+        assert gc.isenabled() and gc_pause.depth() == 0
         gc.disable()
-        with collector.paused():
+        with gc_pause.paused():
             pass
         assert not gc.isenabled()
     finally:
@@ -160,7 +160,7 @@ def test_concurrent_pauses_end_with_the_last_one():
     seen = {}
 
     def first():
-        with collector.paused():
+        with gc_pause.paused():
             first_in.set()
             release_first.wait(10)
         seen["after_first"] = gc.isenabled()  # the second pause is still on
@@ -169,7 +169,7 @@ def test_concurrent_pauses_end_with_the_last_one():
         t = threading.Thread(target=first)
         t.start()
         assert first_in.wait(10)
-        with collector.paused():
+        with gc_pause.paused():
             second_in.set()
             release_first.set()
             t.join(10)
@@ -183,13 +183,13 @@ def test_concurrent_pauses_end_with_the_last_one():
 def test_a_child_forked_while_another_thread_pauses_gets_its_collector_back():
     out = run_fresh('''
 import gc, os, threading, json
-from overmind import collector
+from overmind._util import gc_pause
 from overmind.testing import report
 
 inside, leave = threading.Event(), threading.Event()
 
 def pauser():
-    with collector.paused():
+    with gc_pause.paused():
         inside.set()
         leave.wait(30)
 
@@ -200,10 +200,10 @@ inside.wait(30)
 r, w = os.pipe()
 pid = os.fork()
 if pid == 0:  # only this thread lives on here: the other thread's pause is gone
-    state = {"enabled": gc.isenabled(), "depth": collector.depth()}
-    with collector.paused():
+    state = {"enabled": gc.isenabled(), "depth": gc_pause.depth()}
+    with gc_pause.paused():
         state["paused_again"] = not gc.isenabled()
-    with collector.paused():
+    with gc_pause.paused():
         inner = os.fork()
         if inner == 0:  # forked from inside this thread's own pause: it ends here as usual
             still = not gc.isenabled()

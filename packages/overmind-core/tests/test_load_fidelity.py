@@ -17,11 +17,11 @@ import pytest
 import torch
 
 import overmind
-from overmind.client import get_client
+from overmind.client.connection import get_client
 from overmind.fallback import OvermindWarning
 from overmind.testing import run_fresh
 
-pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind._C and on its pure-Python twin
+pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind.native._C and on its pure-Python twin
 
 NOT_STRICT = {"OVERMIND_STRICT": "0"}  # these loads fall back on purpose: a warning, not an error
 
@@ -81,7 +81,7 @@ def test_grad_requires_grad_class_and_dtype_survive_in_two_fresh_processes(overm
 
 OPEN_FILE = '''
 import os, warnings, overmind, torch
-from overmind.client import get_client
+from overmind.client.connection import get_client
 from overmind.fallback import OvermindWarning
 from overmind.testing import report
 

@@ -8,12 +8,13 @@ import pytest
 import torch
 
 import overmind
-from overmind import fallback, pickling
+from overmind import fallback
+from overmind.entries import pickling
 from overmind.errors import ServerError
 from overmind.fallback import OvermindWarning
 from overmind.testing import isolated_runtime
 
-pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind._C and on its pure-Python twin
+pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind.native._C and on its pure-Python twin
 
 
 def _warnings_of(fn, *args):

@@ -8,14 +8,14 @@ import pytest
 
 from overmind.testing import run_fresh
 
-pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind._C and on its pure-Python twin
+pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind.native._C and on its pure-Python twin
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIG = 256 * 256  # floats: a 256 KiB tensor, so a copy of it would show in an entry's size
 
 LOADERS = '''
 import os, sys, warnings, torch, overmind
-from overmind.client import get_client
+from overmind.client.connection import get_client
 from overmind.shm import mappings
 from overmind.testing import report, overmind_mapped
 

@@ -12,14 +12,14 @@ import pytest
 
 from _support import fault_procs
 
-pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind._C and on its pure-Python twin
+pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind.native._C and on its pure-Python twin
 
 NOBODY = 65534
 
 CASE = """
 import contextlib, io, os, sys, warnings, torch
-import overmind, overmind.api, overmind.client, overmind.doctor, overmind.launcher
-import overmind.shm.reader, overmind.pickling, subprocess
+import overmind, overmind.loading.flow, overmind.client.connection, overmind.cli.doctor, overmind.client.launcher
+import overmind.shm.reader, overmind.entries.pickling, subprocess
 from _support import fault_loaders as L
 from overmind.fallback import OvermindWarning
 from overmind.testing import report
@@ -29,7 +29,7 @@ if os.environ.get("CASE_AS_NOBODY"):
     os.setgroups([]); os.setgid(65534); os.setuid(65534)
 out = io.StringIO()
 with contextlib.redirect_stdout(out):
-    rc = overmind.doctor.run_checks()
+    rc = overmind.cli.doctor.run_checks()
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     try:

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 import overmind
-from overmind import client as client_mod
-from overmind.client import get_client
+from overmind.client import connection as client_mod
+from overmind.client.connection import get_client
 from overmind.testing import overmind_mapped, run_fresh
 
-pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind._C and on its pure-Python twin
+pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind.native._C and on its pure-Python twin
 
 ALL_DTYPES = [d for d in (
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
@@ -48,7 +48,7 @@ def make_tensors():
 
 def make_meta_tensors():
     """Meta tensors, as a load under a meta default device makes them (a result holding meta tensors is published
-    only where the key says the call was made to produce them: ambient.makes_meta)."""
+    only where the key says the call was made to produce them: torch_state.makes_meta)."""
     base = torch.empty(4, 6)
     return {"base": base, "view_t": base.t(), "param": torch.nn.Parameter(torch.empty(2, 3))}
 
@@ -161,7 +161,7 @@ def make_unusual_tensors():
 
 
 def test_plain_tensors_take_the_fast_reduce_and_unusual_ones_torchs(overmind_runtime, monkeypatch):
-    from overmind import tensors
+    from overmind.native import tensors
 
     monkeypatch.setenv("OVERMIND_STRICT", "1")
     expected = make_unusual_tensors()

@@ -1,6 +1,6 @@
 """overmind.load across fresh processes: zero-copy hits, copy-on-write isolation, stale files, key rules.
 
-Every test runs against a private server, on both zero-copy implementations (the compiled ``overmind._C``
+Every test runs against a private server, on both zero-copy implementations (the compiled ``overmind.native._C``
 and its pure-Python twin: the ``impl`` fixture; the fresh processes inherit its ``OVERMIND_ZEROCOPY``).
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 
 from overmind.testing import run_fresh
 
-pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind._C and on its pure-Python twin
+pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind.native._C and on its pure-Python twin
 
 BUILD = '''
 import os, torch
@@ -60,7 +60,7 @@ report({{
     "out": m(x).tolist(),
     "mapped": [overmind_mapped(t.data_ptr()) for t in list(m.parameters()) + list(m.buffers())],
     "table_sum": float(m.table.sum()),
-    "impl": __import__("overmind.zerocopy", fromlist=["x"]).IMPLEMENTATION,
+    "impl": __import__("overmind.native.zerocopy", fromlist=["x"]).IMPLEMENTATION,
 }})
 ''')
     first = run_fresh(script, env=env)

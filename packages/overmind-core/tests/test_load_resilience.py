@@ -10,12 +10,13 @@ import pytest
 import torch
 
 import overmind
-from overmind import api, pickling
-from overmind import client as client_mod
+from overmind.client import connection as client_mod
+from overmind.entries import pickling
 from overmind.fallback import CacheBypassed, OvermindWarning
+from overmind.loading import flow
 from overmind.testing import clear_calls, overmind_mapped, record_call, recorded_calls, run_fresh, server_pids
 
-pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind._C and on its pure-Python twin
+pytestmark = pytest.mark.usefixtures("impl")  # each test on overmind.native._C and on its pure-Python twin
 
 
 
@@ -110,7 +111,7 @@ def build():  # no draw from the global generator: a loader that draws is not ca
     torch.nn.init.zeros_(m.bias)
     return m
 m = overmind.load(build)
-c = overmind.client.get_client()
+c = overmind.client.connection.get_client()
 report({"entries": len(c.ls()), "shape": list(m.weight.shape)})
 '''
     res = run_fresh(survivor, env={"OVERMIND_STRICT": "1"})
@@ -176,7 +177,7 @@ def test_loader_exceptions_propagate_and_release_the_claim(overmind_runtime):
 
     with pytest.raises(ValueError, match="bad checkpoint"):
         overmind.load(failing)
-    res = client_mod.get_client().get(api.key.make_key(api.key.describe_loader(failing), {}).key,
+    res = client_mod.get_client().get(flow.key.make_key(flow.key.describe_loader(failing), {}).key,
                                       claim=True, wait=False)
     assert res.status == "claimed"  # nobody holds it any more
 
@@ -211,7 +212,7 @@ def test_an_exception_that_names_its_fix_gets_no_generic_advice(overmind_runtime
 
 def test_an_inconsistent_entry_gives_the_plain_result(overmind_runtime, sealed_memfd):
     """A payload that does not rebuild (foreign bytes under the right key) is bypassed with one warning."""
-    ck = api.key.make_key(api.key.describe_loader(build), {"n": 20})
+    ck = flow.key.make_key(flow.key.describe_loader(build), {"n": 20})
     client = client_mod.get_client()
     assert client.get(ck.key, claim=True, wait=False).status == "claimed"
     client.publish(ck.key, sealed_memfd(b"not an overmind entry" * 300), deps=[], meta={"loader": "x"})

@@ -1,4 +1,4 @@
-"""A hit logs as the plain call logs (``overmind.loader_logs``): the same records, to the same loggers, with the
+"""A hit logs as the plain call logs (``overmind.loading.replay.loader_logs``): the same records, to the same loggers, with the
 same names, levels, messages, places, exception text and extra attributes, in the same order among the warnings.
 
 Hypothesis generates loaders (records at several levels, one with an exception, one with an extra attribute, a
@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import overmind
-from overmind import client as client_mod
-from overmind import loader_logs
+from overmind.client import connection as client_mod
+from overmind.loading.replay import loader_logs
 
 LIB = logging.getLogger("overmind_tests_lib.loading")
 LEVELS = [logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR]
@@ -326,7 +326,7 @@ def test_a_module_level_warning_that_configures_the_root_logger_is_not_cached(ov
 
     script = """
 import logging, torch, overmind
-from overmind.client import get_client
+from overmind.client.connection import get_client
 from overmind.testing import report
 def load(n):
     logging.warning("a notice through the root logger")
@@ -352,7 +352,7 @@ logging.Logger.late_warning_once = late_warning_once
 
 LATE_SCRIPT = '''
 import logging, os, torch, overmind
-from overmind.client import get_client
+from overmind.client.connection import get_client
 from overmind.testing import report
 
 records = []

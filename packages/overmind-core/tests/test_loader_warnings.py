@@ -1,5 +1,5 @@
 """A cached call warns as the plain call does: the miss while its loader runs, a hit from what the entry
-recorded (``overmind.loader_warnings``). Same category, text, file and line, as often as the user's filters
+recorded (``overmind.loading.replay.loader_warnings``). Same category, text, file and line, as often as the user's filters
 say, an "error" filter raising the same warning; and where a hit could not warn as plain does, nothing is cached.
 
 Each example runs the plain call, the miss and a hit in this process, with every ``__warningregistry__`` and
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import overmind
 from _support import warning_loaders as wl
-from overmind import loader_warnings
+from overmind.loading.replay import loader_warnings
 from overmind.testing import clear_calls, recorded_calls
 
 ACTIONS = ["default", "always", "once", "module", "ignore", "error"]
@@ -250,10 +250,10 @@ def test_a_category_of_the_users_script_is_not_cached(overmind_runtime):
 
 def test_overmind_own_warning_inside_a_load_keeps_its_line_and_the_entry(overmind_runtime, monkeypatch):
     """Overmind itself warns inside a load (a nested load stepping aside): shown once, at the line Overmind chose
-    (userline.py), not recorded, and the outer result is still cached."""
+    (_util/user_frame.py), not recorded, and the outer result is still cached."""
     import inspect
 
-    from overmind.userline import OvermindWarning
+    from overmind._util.user_frame import OvermindWarning
 
     monkeypatch.setenv("OVERMIND_STRICT", "0")
     source, first = inspect.getsourcelines(wl.steps_aside_inside)

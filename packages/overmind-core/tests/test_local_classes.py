@@ -1,4 +1,4 @@
-"""A class that is not importable by name comes back as the live class of that identity (``local_classes.py``).
+"""A class that is not importable by name comes back as the live class of that identity (``keys/local_classes.py``).
 
 Generated: pairs of classes defined in a function body with drawn class attributes (equal or not, so one code
 identity or two), each passed to a cached loader in a drawn order; every result is an instance of the very class
@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 import overmind
 from _support import TESTS_DIR
 from _support.local_class_loaders import build, define
-from overmind import local_classes
-from overmind.client import get_client
+from overmind.client.connection import get_client
 from overmind.errors import OvermindError
+from overmind.keys import local_classes
 from overmind.testing import run_fresh
 
 
@@ -50,7 +50,7 @@ def test_the_first_call_is_published_and_the_second_served_as_the_same_class(ove
 ANOTHER_PROCESS = '''
 import overmind
 from _support.local_class_loaders import build, define
-from overmind.client import get_client
+from overmind.client.connection import get_client
 from overmind.testing import report
 
 cls = define("z", 2)

@@ -4,7 +4,7 @@ under ``ulimit -n 256`` still opens files, and its fd count stays small (on both
 from __future__ import annotations
 
 from _support import fault_procs
-from overmind.launcher import ensure_server
+from overmind.client.launcher import ensure_server
 
 HOLDER = """
 import os, resource, warnings, torch, overmind

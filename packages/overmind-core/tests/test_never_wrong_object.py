@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import overmind
-from overmind import client as client_mod
+from overmind.client import connection as client_mod
 from overmind.testing import run_fresh
 
 HERE = os.path.dirname(__file__)
@@ -319,9 +319,9 @@ def test_the_default_dtype_device_and_inference_mode_key_the_call(overmind_runti
             cached = _describe(overmind.load(make_default_tensors))
         assert cached == plain, name
     assert len(_entries("make_default_tensors")) == len(AMBIENTS)
-    from overmind import ambient
+    from overmind.keys import torch_state
 
-    assert ambient.key_part() == ambient.DEFAULTS  # the state a process that imported torch starts in
+    assert torch_state.key_part() == torch_state.DEFAULTS  # the state a process that imported torch starts in
 
 
 def make_float64_for_good():

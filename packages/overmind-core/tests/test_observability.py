@@ -20,7 +20,7 @@ import torch
 
 import overmind
 from overmind import settings
-from overmind.client import Client
+from overmind.client.connection import Client
 
 
 def build(n):

@@ -9,9 +9,10 @@ from importlib import metadata
 
 import pytest
 
-from overmind import activation, adapters, patching
+from overmind import activation
 from overmind.adapter import Spec, collect, hookimpl, waiting_modules
-from overmind.client import get_client
+from overmind.adapters import discovery, patching
+from overmind.client.connection import get_client
 
 LIB = "om_lazy_lib"
 SOURCE = '''
@@ -41,12 +42,12 @@ def lazylib(tmp_path, monkeypatch, overmind_runtime):
     for module, name in (("base", "Base"), ("first", "First"), ("second", "Second")):
         (pkg / f"{module}.py").write_text(SOURCE.format(name=name))
     monkeypatch.syspath_prepend(str(tmp_path))
-    names = {ep.name for ep in metadata.entry_points(group=adapters.GROUP)}
+    names = {ep.name for ep in metadata.entry_points(group=discovery.GROUP)}
     monkeypatch.setenv("OVERMIND_DISABLED_ADAPTERS", ",".join(sorted(names)))
     activation.reset()
     import om_lazy_lib  # noqa: F401
 
-    adapters.register_adapter("lazylib", LazyAdapter())
+    discovery.register_adapter("lazylib", LazyAdapter())
     yield
     activation.reset()
     for m in [m for m in sys.modules if m == LIB or m.startswith(LIB + ".")]:

@@ -7,7 +7,7 @@ import pickletools
 import pytest
 import torch
 
-from overmind import pickling
+from overmind.entries import pickling
 
 
 def _source(where, offset, nbytes):

@@ -132,7 +132,7 @@ def test_an_argument_is_no_storage_of_the_result(overmind_runtime):
 
 
 def test_a_module_is_rebuilt_for_provenance(overmind_runtime):
-    from overmind import provenance
+    from overmind.keys import provenance
 
     got, made = _cold(a_module, 4)
     assert got is not made
@@ -142,7 +142,7 @@ def test_a_module_is_rebuilt_for_provenance(overmind_runtime):
 
 FRESH = """
 import torch, overmind
-from overmind.client import get_client
+from overmind.client.connection import get_client
 from overmind.testing import report
 
 

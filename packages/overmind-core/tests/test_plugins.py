@@ -8,8 +8,9 @@ import pytest
 import torch
 
 import overmind
-from overmind import activation, adapters, patching
-from overmind.adapters import AdapterError
+from overmind import activation
+from overmind.adapters import discovery, patching
+from overmind.adapters.discovery import AdapterError
 from overmind.fallback import OvermindWarning
 from overmind.testing import check_patch_symmetry, check_targets_resolve, overmind_mapped, run_fresh
 from overmind_fixture_adapter import lib
@@ -21,7 +22,7 @@ def others_blocked(*extra: str) -> str:
     """OVERMIND_DISABLED_ADAPTERS naming every installed adapter but the fixture ones (and ``extra``)."""
     from importlib import metadata
 
-    names = {ep.name for ep in metadata.entry_points(group=adapters.GROUP)} - FIXTURE_ADAPTERS
+    names = {ep.name for ep in metadata.entry_points(group=discovery.GROUP)} - FIXTURE_ADAPTERS
     return ",".join(sorted(names | set(extra)))
 
 
@@ -89,13 +90,13 @@ def test_adapter_reducer_is_used_for_direct_loads_without_activate(overmind_runt
 def test_blocked_adapter_is_not_imported(monkeypatch):
     monkeypatch.setenv("OVERMIND_DISABLED_ADAPTERS", others_blocked("fixture"))
     assert "fixture" not in overmind.activate()
-    assert adapters.states()["fixture"].status == "disabled"
+    assert discovery.states()["fixture"].status == "disabled"
     assert not patching.is_patched(lib.Model, "from_pretrained")
 
 
 def test_adapter_with_unmet_requirements_is_skipped_with_its_reason():
     overmind.activate()
-    state = adapters.states()["future"]
+    state = discovery.states()["future"]
     assert state.status == "skipped" and "torch>=99" in state.reason
 
 
@@ -131,14 +132,14 @@ def test_target_that_moved_is_reported_with_adapter_target_and_fix():
             return [patching.PatchTarget(lib.Model, "from_pretrained"),
                     patching.PatchTarget(lib.Model, "load_gone")]
 
-    adapters.register_adapter("moved", Plugin())
+    discovery.register_adapter("moved", Plugin())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         overmind.activate()
     msgs = [str(w.message) for w in caught if issubclass(w.category, OvermindWarning)]
     assert any("moved" in m and "Model.load_gone" in m and "OVERMIND_DISABLED_ADAPTERS" in m for m in msgs)
     # the adapter's earlier target was rolled back: an adapter is applied whole or not at all
-    assert adapters.states()["moved"].status == "failed"
+    assert discovery.states()["moved"].status == "failed"
     assert patching.patched_targets() == [t for t in patching.patched_targets() if t.adapter != "moved"]
 
 
@@ -151,7 +152,7 @@ def test_disable_switch_makes_activate_a_no_op(monkeypatch):
 def test_every_hook_is_documented_with_its_signature():
     import inspect
 
-    from overmind import hookspecs
+    from overmind.adapters import hookspecs
     names = [n for n in dir(hookspecs) if n.startswith("overmind_")]
     assert len(names) >= 8
     for n in names:
@@ -173,7 +174,7 @@ def test_every_hook_is_documented_with_its_signature():
 
 
 def test_a_key_hook_can_leave_one_call_uncached(overmind_runtime, tmp_path):
-    from overmind.key import Unkeyable
+    from overmind.keys.key import Unkeyable
 
     class Plugin:
         @overmind.hookimpl
@@ -181,7 +182,7 @@ def test_a_key_hook_can_leave_one_call_uncached(overmind_runtime, tmp_path):
             if arguments.get("scale") == 3.0:
                 raise Unkeyable("scale 3 is never cached")
 
-    adapters.register_adapter("picky", Plugin())
+    discovery.register_adapter("picky", Plugin())
     path = tmp_path / "w.pt"
     torch.save(torch.ones(2), path)
     with warnings.catch_warnings():
@@ -209,8 +210,8 @@ def test_after_unpickle_gives_every_adapter_its_turn(overmind_runtime, monkeypat
             seen.append((self.tag, dict(result)))
             return {**result, self.tag: True}
 
-    adapters.register_adapter("first", Tagger("a"))
-    adapters.register_adapter("second", Tagger("b"))
+    discovery.register_adapter("first", Tagger("a"))
+    discovery.register_adapter("second", Tagger("b"))
     assert overmind.load(make_mapping, x=1) == {"x": 1}  # the miss: the loader's own object, nothing rebuilt
     assert seen == []
     out = overmind.load(make_mapping, x=1)  # a hit: rebuilt, and finished by every adapter
@@ -228,7 +229,7 @@ def test_a_wrapper_hook_is_refused_when_the_adapter_is_discovered(monkeypatch):
         warnings.simplefilter("always")
         active = overmind.activate()
     assert [str(w.message) for w in caught if issubclass(w.category, OvermindWarning)] == [
-        adapters.states()["fixture_broken"].reason]
+        discovery.states()["fixture_broken"].reason]
     assert "fixture_broken" not in active and "fixture" in active
 
 
@@ -236,7 +237,7 @@ def test_an_adapter_pluggy_refuses_fails_at_the_first_hook_call_with_one_warning
     """The plugin manager is made at the first hook call (here activate()'s own, the fixture's library being
     imported): an adapter whose hook takes an argument its spec lacks is marked failed then, with one warning, and
     the other adapters' hooks still run."""
-    from overmind import hooks
+    from overmind.adapters import hooks
 
     break_fixture_adapter(monkeypatch, "argument")
     with warnings.catch_warnings(record=True) as caught:
@@ -248,7 +249,7 @@ def test_an_adapter_pluggy_refuses_fails_at_the_first_hook_call_with_one_warning
     assert len(ours) == 1 and "adapter fixture_broken" in ours[0] and "no_such_argument" in ours[0], ours
     assert "OVERMIND_DISABLED_ADAPTERS=fixture_broken" in ours[0]
     assert "fixture_broken" not in active and "fixture" in active
-    assert adapters.states()["fixture_broken"].status == "failed"
-    assert adapters.get_manager().get_plugin("fixture") is not None
-    assert adapters.get_manager().get_plugin("fixture_broken") is None
+    assert discovery.states()["fixture_broken"].status == "failed"
+    assert discovery.get_manager().get_plugin("fixture") is not None
+    assert discovery.get_manager().get_plugin("fixture_broken") is None
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from overmind.protocol import (
+from overmind.ipc.protocol import (
     MAX_FDS_PER_FRAME,
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,

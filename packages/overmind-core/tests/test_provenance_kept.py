@@ -15,7 +15,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from overmind import provenance
+from overmind.keys import provenance
 
 
 def _same_name_class():

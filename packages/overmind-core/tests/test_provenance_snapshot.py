@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from overmind import provenance
+from overmind.keys import provenance
 
 pytestmark = pytest.mark.usefixtures("impl")
 

@@ -1,6 +1,6 @@
 """The compiled provenance walk (``csrc/provenance_walk.cpp``) against the Python ``provenance._walk``.
 
-A snapshot's module and tensor lists are built in C where ``overmind._C`` is. Generated module trees (nesting,
+A snapshot's module and tensor lists are built in C where ``overmind.native._C`` is. Generated module trees (nesting,
 a module shared between places, cycles, ``None`` children and parameters, buffers, tensor attributes of plain and
 subclassed tensors, ``OrderedDict`` containers reordered with ``move_to_end``, hooks, ``training`` flags, views
 with odd strides and offsets, conjugate and negative views, gradients, meta tensors, empty storages) are walked
@@ -16,7 +16,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from overmind import provenance
+from overmind.keys import provenance
 
 
 @pytest.fixture(scope="module")
@@ -147,6 +147,6 @@ def test_a_storage_resized_to_nothing_walks_the_same(walk):
 
 
 def test_snapshot_uses_the_compiled_walk_when_selected(walk, impl):
-    from overmind import zerocopy
+    from overmind.native import zerocopy
 
     assert (zerocopy.provenance_walk() is not None) == (impl == "c")

@@ -7,7 +7,7 @@ every log call after it recursed until Python gave up (found by ``test_soak`` in
 
 Here a tracer raises ``KeyboardInterrupt`` at each such point in turn, the n-th of them for n = 0, 1, 2, …, in the
 code of the recordings (``recordings``, ``loader_logs``, ``loader_warnings``) and of ``contextlib``, while a body
-warns, logs, calls a once-only method and nests a second recording, as ``api.py`` runs a loader. For every n: the
+warns, logs, calls a once-only method and nests a second recording, as ``loading/flow.py`` runs a loader. For every n: the
 interrupt reaches the caller unchanged; what the user does before the next load (a warning already shown, a log
 call, the once-only call already made) shows what plain shows; and after one whole load, which records all it
 should, ``Logger``, ``warnings.filters``, the show hook and the modules' warning registries are as they were
@@ -26,7 +26,7 @@ import warnings
 
 import pytest
 
-from overmind import loader_logs, loader_warnings, recordings
+from overmind.loading.replay import loader_logs, loader_warnings, recordings
 
 _FILES = {recordings.__file__, loader_logs.__file__, loader_warnings.__file__, contextlib.__file__}
 _CALLS = {"CALL", "CALL_FUNCTION_EX"}  # (3.11's PRECALL only prepares one; its specialized forms that call skip
@@ -121,7 +121,7 @@ def _body() -> None:
 
 
 def _load(body=_body) -> tuple:
-    """A load as ``api.py`` runs it: the two recordings around the loader, in a frame of its own."""
+    """A load as ``loading/flow.py`` runs it: the two recordings around the loader, in a frame of its own."""
     with loader_warnings.recording(sys._getframe()) as w, loader_logs.recording(lambda: len(w.records)) as logged:
         body()
     return w, logged

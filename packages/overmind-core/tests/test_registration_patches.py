@@ -1,5 +1,5 @@
 """Replaced ``nn.Module`` registration (what ``accelerate.init_empty_weights()`` / ``init_on_device()`` install) is
-part of every key (``ambient.py``), and a result holding meta tensors is published only where the key says so.
+part of every key (``keys/torch_state.py``), and a result holding meta tensors is published only where the key says so.
 
 Generated: sequences of loads made plain, inside ``init_on_device(device)`` for a drawn device, or under a meta
 default device, against a real server; every cached call returns what the plain call returns at that point.
@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import overmind
-from overmind import ambient
-from overmind.client import get_client
+from overmind.client.connection import get_client
+from overmind.keys import torch_state
 
 
 class Pair(torch.nn.Module):
@@ -55,11 +55,11 @@ def test_the_key_part_tells_each_context_apart_and_is_back_to_the_defaults_after
     parts = {}
     for name, context in CONTEXTS.items():
         with context():
-            parts[name] = ambient.key_part()
-            assert parts[name] == ambient.key_part()  # stable while the state is
-        assert ambient.key_part() == ambient.DEFAULTS
+            parts[name] = torch_state.key_part()
+            assert parts[name] == torch_state.key_part()  # stable while the state is
+        assert torch_state.key_part() == torch_state.DEFAULTS
     assert len(set(map(repr, parts.values()))) == len(CONTEXTS)
-    assert [ambient.makes_meta(p) for p in parts.values()] == [False, True, True, True, True]
+    assert [torch_state.makes_meta(p) for p in parts.values()] == [False, True, True, True, True]
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))

@@ -1,4 +1,4 @@
-"""overmind.requirements reads an adapter's ``instruments`` lines and compares versions as packaging does: every
+"""overmind.adapters.requirements reads an adapter's ``instruments`` lines and compares versions as packaging does: every
 answer here is checked against packaging itself, over versions chosen to sit on each rule's edge."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 import pytest
 from packaging.requirements import Requirement as PackagingRequirement
 
-from overmind import requirements
+from overmind.adapters import requirements
 
 VERSIONS = [
     "0.49.9", "0.50", "0.50.0", "0.50.1", "0.50.post1", "0.50.0.post1.dev2", "0.50+cpu", "0.50.0+cu121.x",

@@ -16,7 +16,7 @@ SCRIPT = """
 import json, os, random, sys
 preloaded = {m: m in sys.modules for m in ("torch", "diffusers", "transformers", "numpy")}
 import numpy, torch
-from overmind.adapters import states
+from overmind.adapters.discovery import states
 print(json.dumps({
     "preloaded": preloaded, "ppid": os.getppid(), "cuda_initialized": torch.cuda.is_initialized(),
     "torch": torch.randn(4).tolist(), "numpy": numpy.random.rand(4).tolist(), "random": random.random(),

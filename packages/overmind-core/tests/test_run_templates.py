@@ -153,7 +153,7 @@ def test_a_stopping_template_lets_its_running_program_finish(rt, tmp_path):
 
 
 def test_a_template_socket_that_is_no_socket_of_ours_is_refused(rt, tmp_path):
-    from overmind.peer import UntrustedServer
+    from overmind.ipc.peer import UntrustedServer
     from overmind.runner import registry
 
     script = rs.write(str(tmp_path), "prog.py", PPID)
@@ -168,7 +168,7 @@ def test_a_template_socket_that_is_no_socket_of_ours_is_refused(rt, tmp_path):
 
 
 def test_serve_starts_the_template_unless_told_not_to(rt, tmp_path):
-    from overmind.launcher import accepts
+    from overmind.client.launcher import accepts
 
     env = rs.env(rt)
     quiet = subprocess.Popen([rs.OVERMIND, "serve", "--no-template"], stdout=subprocess.PIPE,

@@ -10,10 +10,10 @@ import warnings
 import torch
 
 import overmind
-from overmind import api
-from overmind import client as client_mod
-from overmind.client import Client
+from overmind.client import connection as client_mod
+from overmind.client.connection import Client
 from overmind.fallback import OvermindWarning
+from overmind.loading import flow
 from overmind.testing import overmind_mapped
 
 
@@ -71,7 +71,7 @@ def test_a_bad_entry_referenced_by_another_stays_until_that_one_goes(overmind_ru
 
 
 def test_after_a_failed_rebuild_the_next_load_is_cached_again(overmind_runtime, sealed_memfd):
-    ck = api.key.make_key(api.key.describe_loader(build), {"n": 20})
+    ck = flow.key.make_key(flow.key.describe_loader(build), {"n": 20})
     client = client_mod.get_client()
     assert client.get(ck.key, claim=True, wait=False).status == "claimed"
     bad = client.publish(ck.key, sealed_memfd(b"not an overmind entry" * 300), deps=[], meta={"loader": "x"})

@@ -10,14 +10,14 @@ import sys
 
 import pytest
 
-from overmind import client as client_mod
-from overmind.client import Client
+from overmind.client import connection as client_mod
+from overmind.client.connection import Client
 from overmind.errors import ProtocolMismatch, ServerError
-from overmind.protocol import PROTOCOL_VERSION, ConnectionClosed, recv_message, send_message
+from overmind.ipc.protocol import PROTOCOL_VERSION, ConnectionClosed, recv_message, send_message
 
 READER = r"""
 import json, mmap, sys
-from overmind.client import Client
+from overmind.client.connection import Client
 res = Client().get(sys.argv[1], claim=False)
 out = {"status": res.status, "entry": res.entry}
 if res.status == "hit":

@@ -5,7 +5,7 @@ import mmap
 
 import pytest
 
-from overmind.client import Client
+from overmind.client.connection import Client
 from overmind.errors import ServerError
 
 K = 1024

@@ -62,7 +62,7 @@ def test_the_module_prints_usage_for_help_and_exits_2_on_a_bad_argument(tmp_path
 
 def test_the_server_imports_neither_argparse_nor_hashlib_nor_logging_nor_dataclasses_at_its_start():
     # As the launcher runs it: python -S, overmind on PYTHONPATH; what its main() imports before serving too.
-    from overmind.launcher import server_env
+    from overmind.client.launcher import server_env
 
     code = ("import sys, overmind.server.__main__, overmind.server.daemon, overmind.server.log, overmind.settings\n"
             "print(sorted(m for m in ('argparse', 'hashlib', '_hashlib', 'secrets', 'gettext', 'shutil', 'typing', "

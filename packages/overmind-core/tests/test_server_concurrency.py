@@ -10,13 +10,13 @@ import sys
 import threading
 from collections import defaultdict
 
-from overmind.client import Client
+from overmind.client.connection import Client
 
 # A client process: get KEY; if claimed, optionally hang (to be killed) or wait for N waiters, then publish
 # a sealed memfd holding "payload-<pid>"; if hit, print what the mapping holds. One JSON line per step.
 LOADER = r"""
 import fcntl, json, mmap, os, sys, time
-from overmind.client import Client
+from overmind.client.connection import Client
 key, mode = sys.argv[1], sys.argv[2]
 c = Client()
 res = c.get(key)

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import overmind
-from overmind.client import Client
+from overmind.client.connection import Client
+from overmind.client.launcher import server_lock_free, server_pids
 from overmind.errors import ServerError
-from overmind.launcher import server_lock_free, server_pids
 from overmind.testing import run_fresh
 
 

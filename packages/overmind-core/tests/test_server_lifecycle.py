@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from overmind.client import Client
+from overmind.client.connection import Client
+from overmind.client.launcher import accepts, server_lock_free
 from overmind.errors import ServerUnavailable
-from overmind.launcher import accepts, server_lock_free
-from overmind.protocol import PROTOCOL_VERSION, recv_message, send_message
+from overmind.ipc.protocol import PROTOCOL_VERSION, recv_message, send_message
 
 NOBODY = 65534
 
@@ -157,7 +157,7 @@ def test_failed_start_raises_server_unavailable_with_the_log_tail(overmind_runti
 
 
 def test_many_clients_racing_to_start_the_server_start_exactly_one(overmind_runtime):
-    script = "from overmind.client import Client; print(Client().status()['pid'])"
+    script = "from overmind.client.connection import Client; print(Client().status()['pid'])"
     procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
              for _ in range(6)]
     pids = {p.communicate()[0].strip() for p in procs}

@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from overmind.client import Client
-from overmind.launcher import accepts
-from overmind.protocol import PROTOCOL_VERSION, recv_message, send_message
+from overmind.client.connection import Client
+from overmind.client.launcher import accepts
+from overmind.ipc.protocol import PROTOCOL_VERSION, recv_message, send_message
 
 PIDS_CGROUP = "/sys/fs/cgroup/pids"
 

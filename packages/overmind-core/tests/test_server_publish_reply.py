@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from overmind.client import Client
+from overmind.client.connection import Client
 
 
 def test_publish_replies_with_the_entry_and_the_fds_of_its_dependencies(overmind_runtime, sealed_memfd):

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from overmind.client import Client
-from overmind.launcher import server_pids
+from overmind.client.connection import Client
+from overmind.client.launcher import server_pids
 
 
 @pytest.fixture

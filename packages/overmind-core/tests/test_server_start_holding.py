@@ -15,15 +15,17 @@ import time
 import warnings
 
 import overmind
-from overmind import launcher, runtime, testing
-from overmind.client import Client
-from overmind.launcher import server_env
+from overmind import testing
+from overmind.client import launcher
+from overmind.client.connection import Client
+from overmind.client.launcher import server_env
+from overmind.ipc import runtime
 
 
 def _other_process_get(rt: str, key: str, wait: bool, timeout: float = 0.0) -> str:
     """The status another process gets for ``key`` (claiming it)."""
     code = textwrap.dedent(f"""
-        from overmind.client import Client
+        from overmind.client.connection import Client
         print(Client({rt!r}).get({key!r}, claim=True, wait={wait!r}, timeout={timeout!r}).status)
     """)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -69,7 +71,7 @@ def test_the_claim_goes_when_the_spawner_exits_without_loading(overmind_runtime)
     # waiting on "k" then gets the claim (the server watches the spawner through a pidfd), instead of hanging.
     code = textwrap.dedent(f"""
         import os, sys
-        from overmind import launcher
+        from overmind.client import launcher
         assert launcher.start_holding({overmind_runtime!r}, "k")
         launcher.ensure_server({overmind_runtime!r})
         print("up", flush=True)
@@ -82,7 +84,7 @@ def test_the_claim_goes_when_the_spawner_exits_without_loading(overmind_runtime)
         assert spawner.stdout.readline().strip() == "up"
         assert _other_process_get(overmind_runtime, "k", wait=False) == "busy"
         waiter = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-            from overmind.client import Client
+            from overmind.client.connection import Client
             print(Client({overmind_runtime!r}).get("k", claim=True, wait=True, timeout=60).status)
         """)], stdout=subprocess.PIPE, text=True)
         time.sleep(0.5)  # the waiter is parked on the spawner's claim (if not yet, it claims at once: same answer)
@@ -114,8 +116,10 @@ def test_a_server_holds_no_claim_for_a_process_that_is_not_its_parent(overmind_r
 SPAWNER_AND_WAITER = '''
 import os, sys, time
 import overmind
-from overmind import launcher, runtime, testing
-from overmind.client import get_client
+from overmind.client import launcher
+from overmind.ipc import runtime
+from overmind import testing
+from overmind.client.connection import get_client
 from overmind.testing import report
 
 def build(tag):

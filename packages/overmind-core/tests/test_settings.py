@@ -127,7 +127,7 @@ def test_a_bad_budget_warns_in_the_client_and_the_server_starts_with_the_default
     seen = run_fresh("""
         import warnings
         from overmind import settings
-        from overmind.client import Client
+        from overmind.client.connection import Client
         from overmind.fallback import OvermindWarning
         from overmind.testing import report
         with warnings.catch_warnings(record=True) as caught:

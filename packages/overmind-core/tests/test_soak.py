@@ -20,8 +20,8 @@ import time
 
 import pytest
 
-from overmind.client import Client
-from overmind.launcher import server_lock_free, server_pids
+from overmind.client.connection import Client
+from overmind.client.launcher import server_lock_free, server_pids
 from overmind.testing import RESULT_MARK
 
 PROCS = int(os.environ.get("OVERMIND_SOAK_PROCS", "8"))

@@ -1,6 +1,6 @@
 """The compiled tensor rebuild (``csrc/tensor_rebuild.cpp``) against the Python ``tensors.rebuild_from_untyped``.
 
-An entry names ``overmind.tensors.rebuild_from_untyped``; when the extension is built, the unpickler resolves that
+An entry names ``overmind.native.tensors.rebuild_from_untyped``; when the extension is built, the unpickler resolves that
 name to a compiled function that builds the common tensor itself and hands every other call to the Python
 function. Generated calls (dtypes, shapes, strides, offsets, flags, state, a gradient, arguments of odd types,
 out-of-range storage views) are made to both, under no mode, ``no_grad``, ``inference_mode``, a torch-function
@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from overmind import pickling, tensors, zerocopy
+from overmind.entries import pickling
+from overmind.native import tensors, zerocopy
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.complex64, torch.int64, torch.int32,
           torch.int8, torch.uint8, torch.bool]
@@ -151,9 +152,9 @@ def test_every_dtype_takes_the_compiled_path_and_matches(compiled):
 
 
 def resolved_rebuild():
-    """What an entry's ``overmind.tensors.rebuild_from_untyped`` resolves to when the unpickler reads it."""
+    """What an entry's ``overmind.native.tensors.rebuild_from_untyped`` resolves to when the unpickler reads it."""
     unpickler = pickling._CUnpickler(io.BytesIO(b""), lambda pid: None)
-    return unpickler.find_class("overmind.tensors", "rebuild_from_untyped")
+    return unpickler.find_class("overmind.native.tensors", "rebuild_from_untyped")
 
 
 def test_the_unpickler_resolves_the_rebuild_to_the_selected_implementation(impl):

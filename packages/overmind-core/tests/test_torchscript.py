@@ -1,5 +1,5 @@
-"""TorchScript modules through overmind.torchscript's reducer and a sealed copy-on-write memfd, on both
-zero-copy implementations (compiled ``overmind._C`` and the pure-Python twin: the ``impl`` fixture, in
+"""TorchScript modules through overmind.entries.torchscript's reducer and a sealed copy-on-write memfd, on both
+zero-copy implementations (compiled ``overmind.native._C`` and the pure-Python twin: the ``impl`` fixture, in
 conftest.py).
 
 The path under test is the cache's: reduce -> archive storage -> bytes into a sealed memfd -> map it
@@ -23,7 +23,8 @@ import torch
 from torch import nn
 
 from _support.script_models import EXAMPLE, MODELS, scripted, traced
-from overmind import torchscript, zerocopy
+from overmind.entries import torchscript
+from overmind.native import zerocopy
 
 # torch 2.13 deprecates the TorchScript front end (script, trace, save, load); the tests use it on purpose.
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.*is deprecated:DeprecationWarning")
@@ -139,7 +140,7 @@ def test_compiled_import_aliases_tensor_records_and_twin_copies(impl, kind):
 
 
 def test_round_trip_through_pickle_with_storages_out_of_band(impl):
-    """The reduction survives a real pickler that keeps storages out of band, as pickling.py does."""
+    """The reduction survives a real pickler that keeps storages out of band, as entries/pickling.py does."""
     table = torchscript.reducers()
     out_of_band: list[torch.UntypedStorage] = []
 
@@ -173,9 +174,9 @@ def test_round_trip_through_pickle_with_storages_out_of_band(impl):
 
 
 def test_round_trip_through_the_core_pickler(impl):
-    """overmind.pickling with this module's reducers: the module is one out-of-band storage, and the
+    """overmind.entries.pickling with this module's reducers: the module is one out-of-band storage, and the
     unpickler hands rebuild_script_module the TypedStorage(uint8) wrapper it gives every storage."""
-    from overmind import pickling
+    from overmind.entries import pickling
 
     original = {"encoder": traced(), "decoder": scripted()}
     pickled = pickling.dumps(original, reducers=torchscript.reducers(), reference_mapped=False)

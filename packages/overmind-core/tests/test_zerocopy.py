@@ -1,6 +1,6 @@
-"""overmind.zerocopy.storage_from_buffer and the implementation switch, against both implementations.
+"""overmind.native.zerocopy.storage_from_buffer and the implementation switch, against both implementations.
 
-Every behaviour test runs twice, once on the compiled ``overmind._C`` and once on the pure-Python twin
+Every behaviour test runs twice, once on the compiled ``overmind.native._C`` and once on the pure-Python twin
 (the ``impl`` fixture, in conftest.py); the compiled run is skipped only when the extension does not import
 here. Memory comes from real memfds sealed like cache entries (conftest's ``sealed_memfd``:
 F_SEAL_WRITE|GROW|SHRINK) and mapped copy-on-write.
@@ -20,7 +20,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from overmind import zerocopy
+from overmind.native import zerocopy
 
 
 def address_of(mm: mmap.mmap) -> int:
@@ -328,7 +328,7 @@ def test_env_python_forces_the_twin(restore_selection):
 
 
 def test_env_c_without_the_extension_fails_loudly(restore_selection):
-    restore_selection.setitem(sys.modules, "overmind._C", None)  # makes the import fail, as if never built
+    restore_selection.setitem(sys.modules, "overmind.native._C", None)  # makes the import fail, as if never built
     restore_selection.setenv(zerocopy.ENV, "c")
     with pytest.raises(zerocopy.ExtensionUnavailable) as caught:
         zerocopy._select()
@@ -338,21 +338,21 @@ def test_env_c_without_the_extension_fails_loudly(restore_selection):
 
 
 def test_unset_env_falls_back_to_the_twin_and_says_why(restore_selection):
-    restore_selection.setitem(sys.modules, "overmind._C", None)
+    restore_selection.setitem(sys.modules, "overmind.native._C", None)
     restore_selection.delenv(zerocopy.ENV, raising=False)
     assert zerocopy._select() == "python"
     info = zerocopy.describe()
     assert info["active"] == "python" and info["extension_path"] is None
-    assert "overmind._C unavailable" in info["reason"]
+    assert "overmind.native._C unavailable" in info["reason"]
 
 
 def test_unset_env_prefers_the_extension(restore_selection, extension_problem):
     if extension_problem:
-        pytest.skip(f"overmind._C does not import here ({extension_problem})")
+        pytest.skip(f"overmind.native._C does not import here ({extension_problem})")
     restore_selection.delenv(zerocopy.ENV, raising=False)
     assert zerocopy._select() == "c"
     info = zerocopy.describe()
-    assert info["active"] == "c" and info["reason"] == "overmind._C imported"
+    assert info["active"] == "c" and info["reason"] == "overmind.native._C imported"
     assert os.path.basename(info["extension_path"]).startswith("_C.") and os.path.exists(info["extension_path"])
 
 

@@ -61,7 +61,7 @@ def test_single_file_given_a_state_dict_runs_uncached_without_warning(active, tm
     """What a pipeline's from_single_file passes to each component: keyed, it would hash every tensor."""
     from diffusers import AutoencoderKL
 
-    from overmind.client import get_client
+    from overmind.client.connection import get_client
 
     folder = tm.build_sd_pipeline(tmp_path / "sd")
     state_dict = AutoencoderKL.from_pretrained(folder, subfolder="vae").state_dict()

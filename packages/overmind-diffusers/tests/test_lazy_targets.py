@@ -6,7 +6,7 @@ back, and after it an import patches nothing."""
 from __future__ import annotations
 
 LAZY = '''
-from overmind import patching
+from overmind.adapters import patching
 
 overmind.activate()
 import diffusers
@@ -36,7 +36,7 @@ report({"blog_imported_auto": blog_imported_auto, "patched": patched, "new_entri
 '''
 
 DEACTIVATED_FIRST = '''
-from overmind import patching
+from overmind.adapters import patching
 
 overmind.activate()
 import diffusers

@@ -1,7 +1,7 @@
 """The blog's four calls warn and log in a hit as in the plain call (diffusers 0.36+ deprecates ``torch_dtype``
 with a ``FutureWarning``; diffusers logs that the safety checker is off): three fresh processes, plain, the miss
 and a hit, show the same warnings and log records, at the same file and line, as often, in the same order
-(``overmind.loader_warnings``, ``overmind.loader_logs``)."""
+(``overmind.loading.replay.loader_warnings``, ``overmind.loading.replay.loader_logs``)."""
 from __future__ import annotations
 
 import importlib.metadata

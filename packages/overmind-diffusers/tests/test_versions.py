@@ -13,8 +13,9 @@ import warnings
 
 import pytest
 
-from overmind import activation, patching
+from overmind import activation
 from overmind.adapter import resolve
+from overmind.adapters import patching
 from overmind.fallback import OvermindWarning
 
 
@@ -49,7 +50,7 @@ def test_every_target_this_diffusers_defines_is_patched_under_strict(monkeypatch
 
 
 def _entries():
-    from overmind.client import get_client
+    from overmind.client.connection import get_client
 
     return len(get_client().ls())
 

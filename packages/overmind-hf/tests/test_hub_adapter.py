@@ -8,8 +8,8 @@ import warnings
 import pluggy
 import pytest
 
-from overmind import hookspecs
 from overmind.adapter import Spec, Uncacheable
+from overmind.adapters import hookspecs
 from overmind.fallback import OvermindWarning
 from overmind_hf.adapter import HubAdapter
 

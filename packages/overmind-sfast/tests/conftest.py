@@ -21,7 +21,7 @@ def sd_ckpt(tmp_path_factory) -> Path:
 @pytest.fixture
 def sfast_patched():
     """overmind-sfast's stable-fast patches applied for one test (as activate() does), restored after."""
-    from overmind import patching
+    from overmind.adapters import patching
     from overmind_sfast import plugin
 
     targets = plugin.patch_targets()
@@ -37,7 +37,7 @@ def sfast_patched():
 @pytest.fixture
 def table():
     """The pickler's reducer table as load() builds it for this adapter: core TorchScript + overmind-sfast."""
-    from overmind import torchscript
+    from overmind.entries import torchscript
     from overmind_sfast.reducers import reducers
 
     return {**torchscript.reducers(), **reducers()}

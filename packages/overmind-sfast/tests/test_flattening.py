@@ -51,7 +51,7 @@ def test_dataclass_output_survives_the_cache(sfast_patched, table):
 
 def test_rebuilt_module_needs_no_patch(sfast_patched, table):
     """Unflattening is stable-fast's own: a rebuilt module works after deactivate() too."""
-    from overmind import patching
+    from overmind.adapters import patching
 
     wrapper, out = traced(Encoder().eval())
     data = roundtrip(the_traced_module(wrapper), table)

@@ -15,7 +15,7 @@ from sfast.libs.diffusers import image_processor as sfast_image_processor  # noq
 
 from _support import sfast_pipelines as sp  # noqa: E402
 from _support.sfast_roundtrip import roundtrip  # noqa: E402
-from overmind import patching  # noqa: E402
+from overmind.adapters import patching  # noqa: E402
 from overmind.testing import overmind_mapped  # noqa: E402
 from overmind_sfast import closures, plugin, sharing  # noqa: E402
 
@@ -36,7 +36,7 @@ def compiled(sd_ckpt):
 
 @pytest.fixture(scope="module")
 def rebuilt(compiled):
-    from overmind import torchscript
+    from overmind.entries import torchscript
     from overmind_sfast.reducers import reducers
 
     return roundtrip(compiled[0], {**torchscript.reducers(), **reducers()})
@@ -137,7 +137,7 @@ def _tensor_record_bytes(fn_args) -> int:
 
 
 def test_archives_leave_the_weights_out(compiled):
-    from overmind import torchscript
+    from overmind.entries import torchscript
 
     (helper,) = compiled[0].unet.forward._cached.values()
     weights = sum(t.untyped_storage().nbytes() for _, t in sharing.tensor_attributes(helper.module._c))

@@ -25,7 +25,7 @@ logging.getLogger("overmind").addHandler(Collect())
 logging.getLogger("overmind").setLevel(logging.INFO)
 
 import overmind
-from overmind import adapters
+from overmind.adapters import discovery
 from overmind.testing import report
 try:
     import sfast
@@ -33,7 +33,7 @@ try:
 except ImportError:
     has_sfast = False
 active = overmind.activate()
-state = adapters.states()["sfast"]
+state = discovery.states()["sfast"]
 report({{"has_sfast": has_sfast, "active": active, "status": state.status,
          "lines": [l for l in lines if "sfast" in l],
          "imported": "overmind_sfast.plugin" in sys.modules}})

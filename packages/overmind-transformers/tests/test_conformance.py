@@ -6,7 +6,8 @@ import warnings
 
 import pytest
 
-from overmind import activation, patching
+from overmind import activation
+from overmind.adapters import patching
 from overmind.fallback import OvermindWarning
 from overmind.testing import check_patch_symmetry, check_targets_resolve
 

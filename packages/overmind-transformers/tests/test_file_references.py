@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from overmind.cache import cache_info
+from overmind.inspection import cache_info
 
 WHERE = '''
 from transformers import BertModel, LlamaForCausalLM

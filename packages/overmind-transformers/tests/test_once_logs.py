@@ -1,5 +1,5 @@
 """transformers logs some notices once per process (``logger.warning_once``): a hit must show them as often as
-the plain calls would, in a process that loads twice and in one that loads once (``overmind/loader_logs.py``).
+the plain calls would, in a process that loads twice and in one that loads once (``overmind/loading/replay/loader_logs.py``).
 
 transformers 4.x warns "`torch_dtype` is deprecated!" once from ``from_pretrained``; 5.x warns it once when a
 config's ``torch_dtype`` is read. Each process loads a BERT twice and reads a config's ``torch_dtype`` twice

@@ -1,5 +1,5 @@
 """A model whose checkpoint lacks a head draws that head from torch's global generator: never served from the
-cache (``overmind/randomness.py``).
+cache (``overmind/loading/randomness.py``).
 
 ``BertForSequenceClassification.from_pretrained`` on a base BERT checkpoint initialises the classifier at random.
 Plain, its values follow the seed the user set, and the generator ends further on. Each process here seeds,

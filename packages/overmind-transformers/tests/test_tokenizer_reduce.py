@@ -8,7 +8,7 @@ import pickle
 import pytest
 
 from _support import tiny_models as tm
-from overmind import pickling
+from overmind.entries import pickling
 from overmind_transformers.tokenizer_reduce import reduce_fast_tokenizer, reducers
 
 TEXTS = ["a photo of the red cat", "<|startoftext|>a photo<|endoftext|> of abq", "  odd   spacing\tand ünïcode ∑"]

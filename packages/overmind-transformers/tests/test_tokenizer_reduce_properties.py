@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from _support import tiny_models as tm
-from overmind import pickling
+from overmind.entries import pickling
 from overmind_transformers.tokenizer_reduce import reducers
 
 KINDS = ("clip", "clip-split", "llama", "bert", "minilm")

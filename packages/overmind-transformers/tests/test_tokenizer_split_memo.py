@@ -1,7 +1,7 @@
 """Within one load, a tokenizer's split is reused only for a backend that serialises to the same text.
 
 A cold pipeline load reduces its tokenizer twice (its own entry, then the pipeline's): the second reduce reuses
-the first's split (``overmind.loadscope``). Hypothesis runs programs of edits on tokenizers (added tokens,
+the first's split (``overmind.loading.scope``). Hypothesis runs programs of edits on tokenizers (added tokens,
 special tokens, padding, truncation, ``split_special_tokens``, a changed ``_merges``) and reduces after each
 edit inside one load's scope: every rebuild must behave like the tokenizer it was reduced from at that moment,
 never like an earlier state. The memo is gone once no load runs.
@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from _support import tiny_models as tm
-from overmind import loadscope, pickling
+from overmind.entries import pickling
+from overmind.loading import scope
 from overmind_transformers import tokenizer_reduce
 from overmind_transformers.tokenizer_reduce import reducers
 
@@ -72,21 +73,21 @@ EDITS = st.tuples(st.sampled_from(["add", "special", "pad", "truncate", "split",
 @given(st.lists(EDITS, min_size=1, max_size=5))
 def test_each_reduce_in_one_load_rebuilds_the_tokenizer_as_it_was_then(clip, edits):
     tok = copy.deepcopy(clip)
-    with loadscope.scope():
+    with scope.scope():
         expected, rebuilt = [], []
         for edit in edits:
             tok = _edit(tok, edit)
             expected.append(behaviour(tok))
             rebuilt.append(roundtrip(tok))  # now: later edits must not reach what this reduce wrote
         assert [behaviour(r) for r in rebuilt] == expected
-    assert not loadscope.active()
+    assert not scope.active()
 
 
 def test_the_second_reduce_of_an_unchanged_tokenizer_reuses_the_split(clip, monkeypatch):
     calls = []
     real = tokenizer_reduce._split_backend
     monkeypatch.setattr(tokenizer_reduce, "_split_backend", lambda *a: calls.append(1) or real(*a))
-    with loadscope.scope():
+    with scope.scope():
         first = roundtrip(clip)  # its own entry; the pipeline then holds this rebuilt one
         second = roundtrip(first)
         assert len(calls) == 1
@@ -95,17 +96,17 @@ def test_the_second_reduce_of_an_unchanged_tokenizer_reuses_the_split(clip, monk
         clip2.add_tokens(["<one-more>"])
         assert behaviour(roundtrip(clip2)) == behaviour(clip2)
         assert len(calls) == 2  # the rebuilt copy reused the split, the edited one did not
-    assert loadscope.memo("overmind_transformers.tokenizer_split") == {}  # nothing kept once no load runs
+    assert scope.memo("overmind_transformers.tokenizer_split") == {}  # nothing kept once no load runs
     roundtrip(clip)
     roundtrip(clip)
     assert len(calls) == 4  # outside a load nothing is reused
 
 
 def test_memos_are_dropped_when_the_last_of_two_overlapping_loads_ends():
-    with loadscope.scope():
-        loadscope.memo("x")["k"] = 1
-        with loadscope.scope():
-            assert loadscope.memo("x") == {"k": 1}
-        assert loadscope.memo("x") == {"k": 1}  # the nested one ending keeps it
-    assert not loadscope.active()
-    assert loadscope.memo("x") == {}
+    with scope.scope():
+        scope.memo("x")["k"] = 1
+        with scope.scope():
+            assert scope.memo("x") == {"k": 1}
+        assert scope.memo("x") == {"k": 1}  # the nested one ending keeps it
+    assert not scope.active()
+    assert scope.memo("x") == {}

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from _support import tiny_models as tm
-from overmind import hooks, pickling
+from overmind.adapters import hooks
+from overmind.entries import pickling
 
 SD15_TOKENIZER = Path(__file__).resolve().parents[3] / "benchmarks" / "fixtures" / "full" / "sd15-fp16" / "tokenizer"
 TEXTS = ["a photo of the red cat", "<|startoftext|>a photo<|endoftext|> of abq", "  odd   spacing\tand ünïcode ∑",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import sys
 
-from overmind import interrupts
+from overmind._util import interrupts
 
 TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
 if TYPE_CHECKING:

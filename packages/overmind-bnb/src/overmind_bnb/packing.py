@@ -18,7 +18,7 @@ runs another kernel, with other logits. So the cached model keeps the plain mode
   on the root module, so the entry holds both forms;
 - :func:`adopt` (after unpickling): take the marker off and remember, per ``QuantState``, the precomputed
   form together with a fingerprint of every input the conversion reads;
-- the conversion itself is replaced (in ``bitsandbytes.nn.modules``, through ``overmind.patching`` so
+- the conversion itself is replaced (in ``bitsandbytes.nn.modules``, through ``overmind.adapters.patching`` so
   ``get_original`` answers) by :func:`convert`, which hands out the precomputed form, applying the same
   attribute changes in the same order, only when the weight and the state are provably what was converted at
   publish time: same tensors at the same addresses with the same dtype, shape, strides and view bits, every
@@ -41,8 +41,8 @@ import sys
 import threading
 import weakref
 
-from overmind import interrupts
-from overmind.lazylog import logger
+from overmind._util import interrupts
+from overmind._util.lazy_logger import logger
 
 TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def _modules_namespace() -> Any:
 
 
 def _original() -> Callable | None:
-    from overmind import patching
+    from overmind.adapters import patching
 
     namespace = _modules_namespace()
     return None if namespace is None else patching.get_original(namespace, FUNCTION)
@@ -244,7 +244,7 @@ def adopt(root: Any) -> int:
         key = id(quant_state)
         with _lock:
             # A C callback (dict.pop, the weak reference as its ignored default): no Python code of Overmind's runs
-            # when the user's object dies, where a signal handler's exception would be lost (overmind.interrupts).
+            # when the user's object dies, where a signal handler's exception would be lost (overmind._util.interrupts).
             _prepared[key] = _Prepared(weakref.ref(quant_state, functools.partial(_prepared.pop, key)), fingerprint,
                                        keep, packed, changes, deleted)
         adopted += 1
@@ -312,7 +312,7 @@ def convert(qweight: torch.Tensor, quant_state: Any, *args: Any, **kwargs: Any) 
 
 def _install() -> None:
     """Put :func:`convert` where ``Linear4bit.forward`` finds the conversion (idempotent)."""
-    from overmind import patching
+    from overmind.adapters import patching
 
     namespace = _modules_namespace()
     if namespace is None or patching.is_patched(namespace, FUNCTION):

@@ -17,7 +17,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy rea
 if TYPE_CHECKING:
     from typing import Any
 
-    from .cache import CacheInfo, EvictResult
+    from .inspection import CacheInfo, EvictResult
 
 __all__ = ["load", "activate", "deactivate", "cache_info", "evict", "hookimpl", "__version__"]
 
@@ -31,7 +31,7 @@ def load(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
 
     >>> unet = overmind.load(UNet2DConditionModel.from_pretrained, ckpt, subfolder="unet")
     """
-    from .api import load as _load
+    from .loading.flow import load as _load
 
     return _load(fn, *args, **kwargs)
 
@@ -55,24 +55,24 @@ def deactivate() -> None:
 
 
 def cache_info(runtime_dir: str | None = None) -> CacheInfo:
-    """The running server's status and entries (:class:`overmind.cache.CacheInfo`, ``running=False`` when
+    """The running server's status and entries (:class:`overmind.inspection.CacheInfo`, ``running=False`` when
     none runs); never starts a server."""
-    from .cache import cache_info as _cache_info
+    from .inspection import cache_info as _cache_info
 
     return _cache_info(runtime_dir)
 
 
 def evict(*prefixes: str, all: bool = False, dry_run: bool = False, runtime_dir: str | None = None) -> EvictResult:
     """Evict entries by unique prefixes of their keys or entry ids (or ``all=True``); ``dry_run`` only says
-    what would go. Raises :class:`overmind.cache.AmbiguousPrefix` for a prefix naming none or several."""
-    from .cache import evict as _evict
+    what would go. Raises :class:`overmind.inspection.AmbiguousPrefix` for a prefix naming none or several."""
+    from .inspection import evict as _evict
 
     return _evict(*prefixes, all=all, dry_run=dry_run, runtime_dir=runtime_dir)
 
 
 def __getattr__(name: str) -> Any:
     if name == "hookimpl":
-        from .hookspecs import hookimpl
+        from .adapters.hookspecs import hookimpl
 
         return hookimpl
     raise AttributeError(f"module 'overmind' has no attribute {name!r}")

@@ -1,6 +1,6 @@
-"""``python -m overmind ...`` is the ``overmind`` command (see ``overmind.cli``)."""
+"""``python -m overmind ...`` is the ``overmind`` command (see ``overmind.cli.main``)."""
 import sys
 
-from .cli import main
+from .cli.main import main
 
 sys.exit(main())

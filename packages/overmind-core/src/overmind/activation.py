@@ -2,18 +2,20 @@
 and put every original back.
 
 Activating costs no library imports: an adapter whose library is not imported yet is patched the moment it
-is (a post-import hook, see :mod:`overmind.importwatch`), and a module the adapter names in
-``overmind_patch_later`` adds its loaders the moment the user imports it. Its targets are routed through ``api.load``,
-handed to :mod:`overmind.patching`, which knows only the mechanism. An adapter is applied whole or not at
+is (a post-import hook, see :mod:`overmind.adapters.importwatch`), and a module the adapter names in
+``overmind_patch_later`` adds its loaders the moment the user imports it. Its targets are routed through ``flow.load``,
+handed to :mod:`overmind.adapters.patching`, which knows only the mechanism. An adapter is applied whole or not at
 all: a target that fails rolls back the ones before it, with one warning naming the adapter and the fix, or
-an :class:`~overmind.adapters.AdapterError` under ``activate(strict=True)``.
+an :class:`~overmind.adapters.discovery.AdapterError` under ``activate(strict=True)``.
 """
 from __future__ import annotations
 
-from . import adapters, fallback, hooks, importwatch, interrupts, libraries, patching
-from .adapters import AdapterError, AdapterState
+from . import fallback
+from ._util import interrupts
+from ._util.lazy_logger import logger
+from .adapters import discovery, hooks, importwatch, libraries, patching
+from .adapters.discovery import AdapterError, AdapterState
 from .fallback import OvermindWarning
-from .lazylog import logger
 
 TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
 if TYPE_CHECKING:
@@ -27,9 +29,9 @@ def activate(strict: bool = False) -> list[str]:
     if fallback.disabled():
         log.info("overmind: OVERMIND_DISABLE=1, activate() patches nothing")
         return []
-    with adapters.lock:
-        adapters.discover_installed(strict)
-        states = adapters.states()
+    with discovery.lock:
+        discovery.discover_installed(strict)
+        states = discovery.states()
         if strict:
             failed = [s for s in states.values() if s.status == "failed"]
             if failed:
@@ -37,7 +39,7 @@ def activate(strict: bool = False) -> list[str]:
         for state in states.values():
             if state.status == "loaded" and not state.targets and not state.deferred:
                 _apply_when_live(state, strict)
-        return sorted(n for n, s in adapters.states().items() if s.status == "loaded")
+        return sorted(n for n, s in discovery.states().items() if s.status == "loaded")
 
 
 def _apply_when_live(state: AdapterState, strict: bool) -> None:
@@ -50,8 +52,8 @@ def _apply_when_live(state: AdapterState, strict: bool) -> None:
     state.deferred = True
 
     def on_import(_module) -> None:
-        with adapters.lock:
-            if state.deferred and adapters.states(discover=False).get(state.name) is state:
+        with discovery.lock:
+            if state.deferred and discovery.states(discover=False).get(state.name) is state:
                 _apply_when_live(state, strict=False)
 
     state.on_import = on_import
@@ -106,8 +108,8 @@ def _watch_later(state: AdapterState) -> None:
 def _later_callback(state: AdapterState) -> Callable:
     """A post-import callback of its own for one later module of ``state`` (each knows itself, not the last)."""
     def on_import(_module) -> None:
-        with adapters.lock:
-            if on_import in state.later and adapters.states(discover=False).get(state.name) is state:
+        with discovery.lock:
+            if on_import in state.later and discovery.states(discover=False).get(state.name) is state:
                 state.later.remove(on_import)
                 _patch_more(state)
 
@@ -129,7 +131,7 @@ def _patch_more(state: AdapterState) -> None:
 
 
 def _route() -> Callable:
-    from .api import load  # late: the load path imports torch, and activating imports no library
+    from .loading.flow import load  # late: the load path imports torch, and activating imports no library
 
     return load
 
@@ -144,8 +146,8 @@ def _patch_failure(state: AdapterState, e: Exception) -> str:
 
 def deactivate() -> None:
     """Restore every patched attribute to its exact original object and stop waiting for imports."""
-    with adapters.lock:
-        for state in reversed(list(adapters.states(discover=False).values())):
+    with discovery.lock:
+        for state in reversed(list(discovery.states(discover=False).values())):
             if state.deferred:
                 importwatch.cancel(state.on_import)
                 state.deferred = False
@@ -159,6 +161,6 @@ def deactivate() -> None:
 
 def reset() -> None:
     """Forget every adapter (tests): deactivate, then drop the manager so the next use rediscovers."""
-    with adapters.lock:
+    with discovery.lock:
         deactivate()
-        adapters.forget()
+        discovery.forget()

@@ -1,12 +1,12 @@
 """The adapter kit: what an Overmind adapter needs, in one import, whatever library it instruments.
 
 An adapter is a module of ``overmind_*`` hooks registered under the entry-point group ``overmind.adapters``
-(see :mod:`overmind.hookspecs` and ``docs/adapters.md``). This module gives it:
+(see :mod:`overmind.adapters.hookspecs` and ``docs/adapters.md``). This module gives it:
 
 - :data:`hookimpl`, the marker for its hooks, and :class:`PatchTarget`, what ``overmind_patch_targets`` returns;
 - :class:`Spec`, :func:`resolve`, :func:`collect` and :func:`owns`: loaders named as ``"module:Class"`` specs,
   resolved to patch targets (each class's own loader plus every imported subclass that overrides it), and
-  whether a :class:`overmind.key.Loader` is one of them;
+  whether a :class:`overmind.keys.key.Loader` is one of them;
 - :func:`label` and :func:`warn`: warnings that name the adapter, its version, the library and its version;
 - :class:`Uncacheable` (raise it from a key hook to leave one call uncached) and :class:`NotCacheable` (raise
   it while a result is readied for pickling: the message says why and what to do).
@@ -28,12 +28,12 @@ import importlib
 import sys
 from functools import cache
 
-from . import interrupts
+from ._util import interrupts
+from ._util.lazy_logger import logger
+from .adapters.hookspecs import hookimpl
+from .adapters.patching import PatchTarget
 from .errors import OvermindError
 from .errors import Unkeyable as Uncacheable  # key.Unkeyable: importing key costs activation its hashing
-from .hookspecs import hookimpl
-from .lazylog import logger
-from .patching import PatchTarget
 
 TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def meta_intended() -> None:
     it, a result holding meta tensors is published only when its key says the call was made to produce them
     (``init_empty_weights``, a meta default device); otherwise it is returned unpublished, with an INFO line.
     """
-    from .entry import intend_meta  # at call time: the entry codec imports torch
+    from .entries.codec import intend_meta  # at call time: the entry codec imports torch
 
     intend_meta()
 
@@ -173,7 +173,7 @@ def resolve_roots(specs: Iterable[Spec]) -> tuple[type, ...]:
 
 
 def owns(loader: Any, roots: tuple[type, ...]) -> bool:
-    """Whether ``loader`` (an :class:`overmind.key.Loader`) belongs to a class derived from one of ``roots``."""
+    """Whether ``loader`` (an :class:`overmind.keys.key.Loader`) belongs to a class derived from one of ``roots``."""
     owner = getattr(loader, "owner", None)
     return isinstance(owner, type) and issubclass(owner, roots)
 

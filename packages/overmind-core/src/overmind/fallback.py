@@ -17,10 +17,10 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from . import interrupts
+from ._util import interrupts
+from ._util.lazy_logger import logger
+from ._util.user_frame import OvermindWarning, warn_at_user_line  # noqa: F401 - re-exported: fallback.OvermindWarning
 from .errors import OvermindError, ServerError, ServerUnavailable
-from .lazylog import logger
-from .userline import OvermindWarning, warn_at_user_line  # noqa: F401 - re-exported: fallback.OvermindWarning
 
 TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
 if TYPE_CHECKING:

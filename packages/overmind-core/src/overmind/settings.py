@@ -23,7 +23,7 @@ import os
 import re
 import threading
 
-from .records import Frozen
+from ._util.frozen import Frozen
 
 TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
 if TYPE_CHECKING:
@@ -163,7 +163,7 @@ DECLARED: tuple[Setting, ...] = (
             "(found by a sampled hash, confirmed by a byte compare)", parse_bool, "twice"),
     Setting("OVERMIND_WRITE_ONCE", "write_once", True, _BOOL,
             "a miss's CPU allocations of 1 MiB or more (an fp32 checkpoint's tensors converted to fp16) are made in "
-            "the memory that becomes its entry, so they are written once instead of copied (needs overmind._C)",
+            "the memory that becomes its entry, so they are written once instead of copied (needs overmind.native._C)",
             parse_bool, "never"),
     Setting("OVERMIND_LOG_MAX_BYTES", "log_max_bytes", 16 << 20, "a size in bytes with an optional K, M, G or T "
             "suffix, e.g. OVERMIND_LOG_MAX_BYTES=16M", "server: the log rotates at this size (3 old logs kept)",
@@ -306,7 +306,7 @@ def quiet() -> Iterator[None]:
 
 
 def _warn(message: str) -> None:
-    from .userline import OvermindWarning, warn_at_user_line
+    from ._util.user_frame import OvermindWarning, warn_at_user_line
 
     warn_at_user_line(OvermindWarning(message))
 

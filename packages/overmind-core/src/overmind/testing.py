@@ -6,7 +6,7 @@ Fixtures:
 
 Functions:
 
-* :func:`server_pids` (from ``overmind.launcher``) lists a runtime dir's server processes.
+* :func:`server_pids` (from ``overmind.client.launcher``) lists a runtime dir's server processes.
 * :func:`run_fresh` runs a script in a fresh interpreter (spawned, never forked) against the same server
   and returns what the script passed to :func:`report`.
 * :func:`overmind_mapped` tells whether an address lies in an Overmind memfd mapping (``/proc/self/maps``).
@@ -39,7 +39,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from .launcher import server_pids  # noqa: F401  (re-exported for tests)
+from .client.launcher import server_pids  # noqa: F401  (re-exported for tests)
 
 RESULT_MARK = "OVERMIND-RESULT:"
 _CALLS: dict[str, list] = {}
@@ -85,9 +85,9 @@ def overmind_runtime() -> Iterator[str]:
 
 def stop_servers(path: str) -> None:
     """Stop the server of runtime dir ``path`` politely, then SIGKILL any server process left for it."""
-    from . import client as client_mod
+    from .client import connection as client_mod
+    from .client.launcher import accepts
     from .errors import OvermindError
-    from .launcher import accepts
 
     cached = client_mod._clients.pop(path, None)
     if cached is not None:
@@ -154,10 +154,10 @@ def mapped_path(address: int) -> str | None:
 
 
 def _adapter_targets(name: str) -> list:
-    from . import adapters, hooks
+    from .adapters import discovery, hooks
 
-    plugin = adapters.get_manager().get_plugin(name)
-    state = adapters.states().get(name)
+    plugin = discovery.get_manager().get_plugin(name)
+    state = discovery.states().get(name)
     if plugin is None:
         why = (f" ({state.status}: {state.reason})" if state
                else " (no entry point of that name in group overmind.adapters)")
@@ -183,7 +183,8 @@ def check_targets_resolve(name: str) -> list:
 def check_patch_symmetry(name: str) -> list:
     """``activate()`` patches every target of adapter ``name`` (twice is a no-op) and ``deactivate()`` puts
     back the identical original objects, leaving no attribute behind that was not there before."""
-    from . import activation, patching
+    from . import activation
+    from .adapters import patching
 
     targets = _adapter_targets(name)
     assert targets, f"adapter {name!r} declares no patch targets"

@@ -27,7 +27,7 @@ import importlib
 import sys
 from types import ModuleType
 
-from overmind import interrupts
+from overmind._util import interrupts
 from overmind.adapter import (
     Uncacheable,
     collect,

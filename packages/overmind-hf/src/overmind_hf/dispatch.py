@@ -82,7 +82,7 @@ def guard(adapter: str, result: Any, loader: Any) -> Iterator[None]:
     try:
         yield
     except Exception as e:
-        from overmind.pickling import PicklingFailed
+        from overmind.entries.pickling import PicklingFailed
 
         if isinstance(e, PicklingFailed) and not isinstance(e, NotCacheable):
             raise NotCacheable(f"{label(adapter)}: cannot pickle what {loader.name} returned: {e}") from e

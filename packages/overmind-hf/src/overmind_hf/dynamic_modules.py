@@ -20,7 +20,7 @@ import sys
 import threading
 from typing import Any, Iterable
 
-from overmind import interrupts
+from overmind._util import interrupts
 
 PREFIXES = ("transformers_modules", "diffusers_modules")
 _MAX_WALK = 200_000  # objects visited when looking for classes; a pipeline of SD size is ~20k

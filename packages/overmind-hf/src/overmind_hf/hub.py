@@ -22,8 +22,8 @@ from __future__ import annotations
 import os
 import re
 
-from overmind import interrupts
-from overmind.fingerprint import fingerprint
+from overmind._util import interrupts
+from overmind.keys.fingerprint import fingerprint
 
 TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
 if TYPE_CHECKING:

@@ -58,7 +58,7 @@ def split(module: Any) -> tuple[Callable[..., Any], tuple, list[tuple[str, Any]]
     (the copy shares its graphs and tensors; only the copy's attribute slots are emptied)."""
     import torch
 
-    from overmind import torchscript
+    from overmind.entries import torchscript
 
     weights = tensor_attributes(module._c)
     copy = torch.jit._recursive.wrap_cpp_module(_replica(module._c))

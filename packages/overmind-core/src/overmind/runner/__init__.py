@@ -16,5 +16,5 @@ One job per module:
 * :mod:`.wire`: the messages, with file descriptors, between ``run`` and a template.
 * :mod:`.threads`: OpenBLAS's threads (none in the template, the usual count in each child).
 * :mod:`.sources`: whether the code the template imported is still the code on disk (inotify).
-* :mod:`.commands`: what ``overmind`` (cli.py) adds for templates.
+* :mod:`.commands`: what ``overmind`` (cli/main.py) adds for templates.
 """

@@ -123,7 +123,7 @@ def _start(program: dict, inherited: dict, runtime_dir: str | None):
         with registry.start_lock(runtime_dir, base_id, timeout):
             info, why = registry.find(runtime_dir, base_id, environ)
             if info is None:
-                from .. import runtime
+                from ..ipc import runtime
 
                 info = registry.spawn(runtime.runtime_dir(runtime_dir), entries, envkey.interpreter_options(),
                                       environ, timeout)

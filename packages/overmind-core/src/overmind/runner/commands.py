@@ -1,5 +1,5 @@
 """The ``overmind`` command's parts about templates: ``run``, and what ``status``, ``stop`` and ``serve``
-add (``cli.py`` registers these).
+add (``cli/main.py`` registers these).
 
     $ overmind run train.py --epochs 3        # also: overmind run -m pkg.tool, overmind run -c CODE
     $ overmind status
@@ -172,7 +172,7 @@ def print_templates(args: argparse.Namespace) -> None:
     except Exception as exc:
         print(f"templates: cannot list them: {exc}", file=sys.stderr)
         return
-    from ..humanize import human_duration
+    from .._util.humanize import human_duration
 
     if not found:
         print("templates none running (the first 'overmind run' starts one)")
@@ -202,9 +202,9 @@ def start_template_for_serve(args: argparse.Namespace,
         return
 
     def start() -> None:
-        from .. import runtime
-        from ..client import Client
-        from ..launcher import wait_accepting
+        from ..client.connection import Client
+        from ..client.launcher import wait_accepting
+        from ..ipc import runtime
         from . import envkey, preload, registry
 
         try:

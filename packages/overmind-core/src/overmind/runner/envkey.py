@@ -80,8 +80,7 @@ def path_tail() -> list[str]:
 
 def base_key(preload: list[str], path_tail: list[str] | None = None) -> dict:
     """The base key of this interpreter for the preload list ``preload``."""
-    from .. import __file__ as overmind_file
-    from .. import __version__
+    from .. import _version
 
     tail = list(globals()["path_tail"]() if path_tail is None else path_tail)
     return {
@@ -94,7 +93,7 @@ def base_key(preload: list[str], path_tail: list[str] | None = None) -> dict:
         "path": tail,
         "distributions": distributions_fingerprint(tail),
         "preload": list(preload),
-        "overmind": [__version__, os.path.dirname(os.path.abspath(overmind_file))],
+        "overmind": [_version.__version__, os.path.dirname(os.path.abspath(_version.__file__))],
     }
 
 

@@ -95,10 +95,10 @@ def expand(entries: list[str]) -> list[str]:
 
 def default_entries() -> list[str]:
     """``torch`` and, for each active adapter, its libraries (with ``LAZY_ATTRIBUTES``)."""
-    from .. import adapters
+    from ..adapters import discovery
 
     out = ["torch"]
-    for state in adapters.states().values():
+    for state in discovery.states().values():
         if state.status != "loaded":
             continue
         for group in state.modules:

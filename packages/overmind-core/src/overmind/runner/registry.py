@@ -23,8 +23,8 @@ import sys
 import time
 from typing import Iterator
 
-from .. import runtime
 from ..errors import OvermindError
+from ..ipc import runtime
 from . import envkey
 
 ENV_START_TIMEOUT = "OVERMIND_TEMPLATE_START_TIMEOUT"
@@ -192,7 +192,7 @@ def _read_line(fd: int, timeout: float) -> str:
 
 def connect(info: dict, timeout: float = 10.0) -> socket.socket:
     """A connection to the template of ``info``, after checking that it runs as this user."""
-    from ..peer import check_peer, check_socket_file
+    from ..ipc.peer import check_peer, check_socket_file
 
     path = info["socket"]
     check_socket_file(path)

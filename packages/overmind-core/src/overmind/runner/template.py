@@ -158,7 +158,7 @@ class Template:
         return None
 
     def _accept(self) -> None:
-        from ..peer import peer_credentials
+        from ..ipc.peer import peer_credentials
 
         while self.listener is not None:
             try:
@@ -291,7 +291,7 @@ class Template:
                 pass
 
     def _tick(self) -> None:
-        from .. import runtime
+        from ..ipc import runtime
 
         if not self.children and not self.stopping and time.monotonic() - self.last_active > self.idle_s:
             self._stop(f"idle for {self.idle_s:g} s")
@@ -385,7 +385,7 @@ def fork_problem() -> str | None:
 
 
 def _accepts(path: str) -> bool:
-    from ..launcher import accepts
+    from ..client.launcher import accepts
 
     return accepts(path)
 

@@ -17,7 +17,7 @@ import socket
 import struct
 
 from ..errors import OvermindError
-from ..protocol import close_fds
+from ..ipc.protocol import close_fds
 
 MAX_FRAME = 64 << 20  # an environment and argv fit many times over
 MAX_FDS = 250  # the kernel's SCM_MAX_FD is 253 per message

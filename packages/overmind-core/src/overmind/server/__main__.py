@@ -1,20 +1,20 @@
 """``python -m overmind.server [--runtime-dir D] [--foreground] [--max-bytes SIZE] [--claim KEY --claim-pid PID]``:
 run the Overmind server.
 
-Normally started by ``overmind.launcher`` (detached, output appended to the log) or by ``overmind serve``.
+Normally started by ``overmind.client.launcher`` (detached, output appended to the log) or by ``overmind serve``.
 ``--foreground`` also logs to stderr, for running it in a terminal. ``--claim KEY --claim-pid PID``: the launcher's
 process loads ``KEY`` while the server starts, and the server holds that claim for it (``handoff.py``).
 
 The options are read by :func:`parse_args`, not ``argparse``: the server starts before a process's first load
 can go on, and argparse with what it imports (gettext, locale, shutil) was ~8 ms of that start and ~1 MiB of a
-process that lives for hours. ``overmind serve`` (``cli.py``) is the command with help text and checked options.
+process that lives for hours. ``overmind serve`` (``cli/main.py``) is the command with help text and checked options.
 """
 from __future__ import annotations
 
 import sys
 
-from .. import runtime
 from ..errors import OvermindError
+from ..ipc import runtime
 from .budget import ENV_MAX_BYTES, max_bytes_from_env, parse_size
 from .daemon import AlreadyRunning, Server
 from .limits import Limits

@@ -1,7 +1,7 @@
 """The server's index of stored bytes: which entry holds a storage of this size and sampled hash, and where.
 
 A publish names, for each storage of 64 KiB or more that its memfd really holds, a blob key
-(``"<nbytes>:<sampled hash>"``, see :mod:`overmind.dedup`) and its offset in the data region. A later ``blobs``
+(``"<nbytes>:<sampled hash>"``, see :mod:`overmind.entries.dedup`) and its offset in the data region. A later ``blobs``
 request asks which entries hold candidates for its keys; the client byte-compares each candidate before
 referencing it, so the index is only ever a hint: a wrong or colliding key costs a failed compare, never a
 wrong object. The server never reads the bytes itself.

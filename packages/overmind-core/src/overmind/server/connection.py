@@ -14,11 +14,11 @@ import struct
 import sys
 import time
 
-from .. import __version__
-from ..protocol import PROTOCOL_VERSION, close_fds
+from .._version import __version__
+from ..ipc.protocol import PROTOCOL_VERSION, close_fds
 from . import blobs
-from .entries import GetOutcome, StoreError
 from .log import log
+from .store import GetOutcome, StoreError
 from .wire import FrameReader, Outbox
 
 TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
@@ -244,7 +244,7 @@ class Connection:
         return dict(reply, entry_id=out.entry["entry_id"]), out_fds
 
     def _op_blobs(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
-        # Which entries hold bytes that may equal a publisher's storages (overmind.dedup compares them).
+        # Which entries hold bytes that may equal a publisher's storages (overmind.entries.dedup compares them).
         close_fds(fds)
         try:
             keys = blobs.parse_keys(msg.get("keys"))

@@ -7,7 +7,7 @@ takes them, and a ``get`` waiting on another client's claim is parked until the 
 released. A few times a second the loop also enforces the hello, frame and idle timeouts (``limits``) and
 checks that the runtime directory, lock and socket are still its own (``watch``).
 
-The server imports only the standard library and ``overmind.protocol``/``runtime``/``errors``/``shm.seals``:
+The server imports only the standard library and ``overmind.ipc.protocol``/``runtime``/``errors``/``shm.seals``:
 it never imports torch and never unpickles client data, so a client cannot make it run code and it starts in
 a fraction of a second.
 """
@@ -23,15 +23,15 @@ import socket
 import threading
 import time
 
-from .. import runtime
 from ..errors import OvermindError
-from ..protocol import ConnectionClosed, FrameError
+from ..ipc import runtime
+from ..ipc.protocol import ConnectionClosed, FrameError
 from . import watch
 from .connection import Connection, peer_credentials
-from .entries import Store, process_owner
 from .handoff import SpawnerClaim
 from .limits import Limits
 from .log import INFO, WARNING, log
+from .store import Store, process_owner
 from .wire import BufferBudget, FrameReader
 
 WATCH_EVERY_S = 0.25  # how often the runtime directory is checked (a client waits at most about this long)

@@ -8,7 +8,7 @@ The timeouts can be changed through the environment the server starts with (test
 """
 from __future__ import annotations
 
-from ..records import Frozen
+from .._util.frozen import Frozen
 
 TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ import fcntl
 import os
 import time
 
-from .. import runtime
+from ..ipc import runtime
 
 OK = "ok"
 DIR_GONE = "directory gone"  # removed or replaced: exit, a new server starts in the new one

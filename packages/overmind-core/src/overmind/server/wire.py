@@ -1,4 +1,4 @@
-"""The server's side of the wire framing (``overmind.protocol``), on non-blocking sockets.
+"""The server's side of the wire framing (``overmind.ipc.protocol``), on non-blocking sockets.
 
 ``FrameReader`` reads one request frame at a time, as its bytes arrive: the announced length is checked
 against the request limit and never allocated up front, and a frame larger than a small control message
@@ -14,7 +14,7 @@ import socket
 import struct
 import time
 
-from ..protocol import MAX_FDS_PER_FRAME, ConnectionClosed, FrameError, close_fds
+from ..ipc.protocol import MAX_FDS_PER_FRAME, ConnectionClosed, FrameError, close_fds
 from .limits import Limits
 
 TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start

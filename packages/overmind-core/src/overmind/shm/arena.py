@@ -42,7 +42,8 @@ import importlib
 import logging
 from typing import Any
 
-from .. import interrupts, settings
+from .. import settings
+from .._util import interrupts
 from .layout import DATA_FIRST_OFFSET
 
 log = logging.getLogger("overmind")
@@ -51,11 +52,11 @@ THRESHOLD = 1 << 20  # smaller allocations stay in the heap: one mapping each wo
 
 
 def _extension() -> Any | None:
-    from .. import zerocopy
+    from ..native import zerocopy
 
     if zerocopy.IMPLEMENTATION != "c":
         return None
-    ext = importlib.import_module("overmind._C")
+    ext = importlib.import_module("overmind.native._C")
     return ext if hasattr(ext, "arena_open") else None
 
 
@@ -64,7 +65,7 @@ def available() -> str | None:
     if not settings.current().write_once:
         return "OVERMIND_WRITE_ONCE=0"
     if _extension() is None:
-        return "the compiled extension overmind._C is not in use"
+        return "the compiled extension overmind.native._C is not in use"
     return None
 
 

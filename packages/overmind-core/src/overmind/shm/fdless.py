@@ -16,7 +16,7 @@ import errno
 import mmap
 import os
 
-from .. import interrupts
+from .._util import interrupts
 
 _MAP_FIXED = getattr(mmap, "MAP_FIXED", 0x10)
 _MAP_FAILED = ctypes.c_void_p(-1).value

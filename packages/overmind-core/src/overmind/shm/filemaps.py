@@ -27,9 +27,9 @@ import re
 import stat
 from typing import NamedTuple
 
-from .. import interrupts
+from .._util import interrupts
 from ..errors import OvermindError
-from ..protocol import file_entry_id, file_identity, is_file_entry
+from ..ipc.protocol import file_entry_id, file_identity, is_file_entry
 from . import pagemap
 
 _MAX_KNOWN = 4096

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 _lock = threading.Lock()
 _starts: list[int] = []
 # data start -> (end, entry_id, a weak reference to the mmap). No callback: Overmind runs no Python code when
-# an object of the user's dies, where a signal handler's exception would be lost (``interrupts.py``); the spans
+# an object of the user's dies, where a signal handler's exception would be lost (``_util/interrupts.py``); the spans
 # of mmaps that are gone are dropped when next met.
 _spans: dict[int, tuple[int, str, weakref.ref]] = {}
 

@@ -3,7 +3,7 @@
 A page of a ``MAP_PRIVATE`` mapping (an entry's memfd, a checkpoint file) that nobody wrote is either absent
 (never faulted) or the file's own page (bit 61); a write made it a private anonymous page, and its bytes are no
 longer the file's. The reference decisions (:mod:`.mappings`, :mod:`.filemaps`) and the provenance of a hit's
-objects (``provenance.py``) ask this module. Where pagemap cannot be read, every answer is "written": the caller
+objects (``keys/provenance.py``) ask this module. Where pagemap cannot be read, every answer is "written": the caller
 then copies the bytes rather than risk referencing modified ones.
 
 Two ways to ask:
@@ -26,7 +26,7 @@ import mmap
 import os
 import threading
 
-from .. import interrupts
+from .._util import interrupts
 
 PAGE = mmap.PAGESIZE
 

@@ -15,8 +15,8 @@ import os
 
 import torch
 
-from .. import zerocopy
-from ..protocol import is_file_entry
+from ..ipc.protocol import is_file_entry
+from ..native import zerocopy
 from . import mappings
 from .fdless import map_private
 from .layout import Layout

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Iterable
 
 import torch
 
-from .. import interrupts
+from .._util import interrupts
 from . import seals
 from .layout import Layout
 
@@ -67,7 +67,7 @@ def write_entry(skeleton: bytes, storages: Iterable[tuple[torch.UntypedStorage, 
         fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.ftruncate(fd, layout.total)
-        from ..progress import track
+        from .progress import track
 
         with track(written, name.removeprefix("overmind:")) as advance:  # a bar only for a long publish
             if PWRITE:

@@ -1,0 +1,184 @@
+"""Calling the adapters' hooks: one function per hook of :mod:`overmind.adapters.hookspecs`, named for what the core
+wants (``hooks.key_parts(loader, arguments)``, ``hooks.after_unpickle(result, metadata)``).
+
+How a hook's results combine (its kind) and whether it runs before its adapter's library is imported are
+read from ``hookspecs.SPECS``, never decided here: each function names its hook and hands the arguments to
+``_run``, which calls it as its kind says; a merged or entered hook's function then merges or enters.
+
+Each adapter's hook is called on its own, the last registered first (pluggy's order, ``tryfirst`` and
+``trylast`` honoured): a failing adapter is named in one warning and skipped (raised under
+``OVERMIND_STRICT=1``), except that :class:`~overmind.keys.key.Unkeyable` passes through, an adapter's way to say
+"do not cache this call".
+
+>>> hooks.key_for_value(BitsAndBytesConfig(load_in_4bit=True))
+('BitsAndBytesConfig', {...})
+"""
+from __future__ import annotations
+
+import contextlib
+
+from .. import fallback
+from .._util import interrupts
+from ..errors import Unkeyable
+from . import discovery
+from .hookspecs import SPECS, Kind, When
+
+TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
+if TYPE_CHECKING:
+    from typing import Any, Callable, ContextManager, Mapping
+
+if TYPE_CHECKING:
+    from ..keys.key import Loader
+    from .patching import PatchTarget
+
+
+# -- the hooks, one function each -------------------------------------------------------------------------
+
+def patch_targets(adapter: str) -> list[PatchTarget]:
+    """Adapter ``adapter``'s patch targets. Called by activation, for one adapter once it is live; a failure
+    is raised, not skipped: activation reports it as that adapter's patch failure."""
+    return _own_results("overmind_patch_targets", adapter)
+
+
+def patch_later(adapter: str) -> list[str]:
+    """The modules whose import should patch adapter ``adapter`` again; raised, not skipped, as above."""
+    return _own_results("overmind_patch_later", adapter)
+
+
+def _own_results(name: str, adapter: str) -> list:
+    impls = [i for i in _hook(name).get_hookimpls() if i.plugin_name == adapter]
+    return [x for impl in impls for x in (impl.function() or [])]
+
+
+_reducers: tuple[Any, Mapping[type, list[Callable]]] | None = None
+
+
+def reducers() -> Mapping[type, list[Callable]]:
+    """Every live adapter's ``overmind_reducers`` and the core's (plain tensors, TorchScript), as
+    ``{type: [reducer, ...]}``: where two claim one type, both are kept and tried in hook order (see
+    ``pickling._Reducers``)."""
+    global _reducers
+    stamp = (discovery.generation(), discovery.live_names())
+    if _reducers is not None and _reducers[0] == stamp:
+        return _reducers[1]
+    parts = _run("overmind_reducers")
+    from ..native import tensors  # late: these import torch
+
+    parts.append(tensors.reducers())
+    from ..keys import local_classes
+
+    parts.append(local_classes.reducers())
+    try:
+        from ..entries import torchscript
+
+        parts.append(torchscript.reducers())
+    except ImportError:
+        pass
+    table: dict[type, list[Callable]] = {}
+    for part in parts:
+        for t, r in (part or {}).items():
+            table.setdefault(t, []).append(r)
+    _reducers = (stamp, table)
+    return table
+
+
+def prepare_result(result: Any, loader: Loader) -> ContextManager:
+    """One context manager entering every adapter's ``overmind_prepare_result`` around pickling ``result``."""
+    stack = contextlib.ExitStack()
+    with stack:
+        for cm in _run("overmind_prepare_result", result=result, loader=loader):
+            stack.enter_context(cm)
+        return stack.pop_all()
+
+
+def entry_metadata(result: Any, loader: Loader) -> dict[str, Any]:
+    """The adapters' facts about ``result``, merged (a later adapter's key wins), to store with its entry."""
+    merged: dict[str, Any] = {}
+    for part in _run("overmind_entry_metadata", result=result, loader=loader):
+        merged.update(part)
+    return merged
+
+
+def before_unpickle(metadata: Mapping[str, Any]) -> None:
+    """Let every adapter ready this process to unpickle an entry written with ``metadata``."""
+    _run("overmind_before_unpickle", metadata=metadata)
+
+
+def after_unpickle(result: Any, metadata: Mapping[str, Any]) -> Any:
+    """``result`` as every adapter's ``overmind_after_unpickle`` leaves it, each given the previous one's."""
+    return _run("overmind_after_unpickle", result=result, metadata=metadata)
+
+
+def key_for_value(value: Any) -> Any:
+    """A keyable stand-in for ``value`` from the first adapter that knows it, or ``None``."""
+    return _run("overmind_key_for_value", value=value)
+
+
+def key_parts(loader: Loader, arguments: dict[str, Any]) -> list[Any]:
+    """Every adapter's extra key parts for this call (``arguments`` may be normalised in place)."""
+    return _run("overmind_key_parts", loader=loader, arguments=arguments)
+
+
+# -- how each kind is called -------------------------------------------------------------------------------
+
+def _run(name: str, **kwargs: Any) -> Any:
+    """Call hook ``name`` as its spec's kind says."""
+    spec = SPECS[name]
+    if spec.kind is Kind.FIRST:
+        return _first(name, kwargs)
+    if spec.kind is Kind.CHAINED:
+        chained = spec.args[0]
+        return _chain(name, chained, kwargs.pop(chained), kwargs)
+    return _all(name, kwargs)  # ALL, MERGED, ENTERED: the caller merges or enters the results
+
+def _hook(name: str) -> Any:
+    return getattr(discovery.get_manager().hook, name)
+
+
+def _impls(name: str) -> list:
+    # pluggy calls the last registered implementation first; keep that order (tryfirst/trylast honoured)
+    impls = reversed(_hook(name).get_hookimpls())
+    if SPECS[name].when is When.ALWAYS:
+        return list(impls)
+    live = discovery.live_names()
+    return [i for i in impls if i.plugin_name in live]
+
+
+def _call_one(impl: Any, name: str, kwargs: dict) -> Any:
+    """Call one adapter's hook; a failure is named and skipped (raised under OVERMIND_STRICT=1)."""
+    try:
+        return impl.function(**{a: kwargs[a] for a in impl.argnames})
+    except Unkeyable:
+        raise  # an adapter's way to say "do not cache this call": load() then calls the loader directly
+    except Exception as e:
+        interrupts.raise_users(e)
+        if fallback.strict():
+            raise
+        fallback.step_aside(  # one warning per user call, at the user's line
+            f"overmind: adapter {impl.plugin_name} failed in {name}: {type(e).__name__}: {e}; "
+            f"continuing without it. Skip it with OVERMIND_DISABLED_ADAPTERS={impl.plugin_name}.", e)
+        return None
+
+
+def _all(name: str, kwargs: dict) -> list[Any]:
+    """Each adapter's result that is not None, in hook order."""
+    results = [_call_one(impl, name, kwargs) for impl in _impls(name)]
+    return [r for r in results if r is not None]
+
+
+def _chain(name: str, arg: str, value: Any, kwargs: dict) -> Any:
+    """Pass ``value`` (as argument ``arg``) through each adapter's hook in turn; ``None`` keeps it."""
+    for impl in _impls(name):
+        result = _call_one(impl, name, {**kwargs, arg: value})
+        if result is not None:
+            value = result
+    return value
+
+
+def _first(name: str, kwargs: dict) -> Any:
+    """The first result that is not None; the adapters after it are not called."""
+    for impl in _impls(name):
+        r = _call_one(impl, name, kwargs)
+        if r is not None:
+            return r
+    return None

@@ -1,0 +1,2 @@
+"""The ``overmind`` command: serve, status, ls, evict, stop, run, doctor.
+"""

@@ -1,0 +1,144 @@
+"""The ``overmind ls`` table: one row per entry, fitted to the terminal's width.
+
+Each row shows the part of an entry's arguments that tells it apart from the others: the directory prefix
+every listed path shares is shown as ``…/``, whitespace (a multi-line repr) is folded into single spaces, and
+what still does not fit is cut from the middle, so the tail of a path (its model folder) stays visible.
+Entries are named by the shortest prefix of their keys (at least 8 characters) that is unique among them,
+which ``overmind evict`` accepts.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from typing import Iterable, Sequence
+
+from .._util.humanize import human_bytes, human_duration
+from ..inspection import CacheEntry
+
+SORTS = {"last-use": lambda e: -e.last_used, "size": lambda e: -(e.nbytes + e.referenced_nbytes),
+         "hits": lambda e: -e.hits}
+_PATH = re.compile(r"""(['"])(/[^'"]*)\1""")
+_GAP = "  "
+
+
+def terminal_width() -> int | None:
+    """The terminal's width when stdout is one (or ``$COLUMNS``); None (no limit) for a pipe or file, so
+    ``overmind ls | grep`` sees whole rows."""
+    import sys
+
+    if not os.environ.get("COLUMNS") and not (sys.stdout and sys.stdout.isatty()):
+        return None
+    return max(40, shutil.get_terminal_size((120, 24)).columns)
+
+
+def unique_prefixes(keys: Sequence[str], shortest: int = 8) -> int:
+    """The shortest prefix length (>= ``shortest``) at which every key differs."""
+    n = shortest
+    while n < max((len(k) for k in keys), default=shortest) and len({k[:n] for k in keys}) < len(set(keys)):
+        n += 1
+    return n
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+_PART = re.compile(r", (?=\w+=)")
+_EMPTY = {"None", "False", "()", "[]", "{}", "''"}
+
+
+def _informative(summary: str) -> str:
+    """``summary`` without arguments left at nothing (``=None``, ``=False``, ``=()``...), and a path argument
+    shown as its value alone (``'/models/unet'``, not ``pretrained_model_name_or_path='/models/unet'``)."""
+    parts = []
+    for part in _PART.split(one_line(summary)):
+        name, eq, value = part.partition("=")
+        if eq and value in _EMPTY:
+            continue
+        parts.append(value if eq and _PATH.fullmatch(value) else part)
+    return ", ".join(parts)
+
+
+def distinguishing(summaries: Sequence[str]) -> list[str]:
+    """Each summary on one line and without empty arguments, with the directory prefix that all their paths
+    share shown as ``…/``."""
+    flat = [_informative(s) for s in summaries]
+    paths = sorted({m.group(2) for s in flat for m in _PATH.finditer(s)})
+    if not paths:
+        return flat
+    if len(paths) == 1:
+        common = os.path.dirname(os.path.dirname(paths[0].rstrip("/")))
+    else:
+        common = os.path.commonpath(paths)
+        if common in paths:  # one path is the parent of the others: keep its last part
+            common = os.path.dirname(common)
+    if len(common) <= 1:
+        return flat
+    return [re.sub(r"""(['"])""" + re.escape(common.rstrip("/")) + "/", r"\1…/", s) for s in flat]
+
+
+def fit(text: str, width: int) -> str:
+    """``text`` cut from the middle to ``width`` characters (its start and end kept)."""
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return text[:width]
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head):]
+
+
+def _cut_end(text: str, width: int) -> str:
+    # The shared prefix is gone already, so what tells entries apart comes first: keep the start.
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def render(entries: Iterable[CacheEntry], width: int | None = None, *, sort: str = "last-use",
+           now: float | None = None) -> list[str]:
+    """The table's lines (header first, total last), each at most ``width`` characters."""
+    rows = sorted(entries, key=SORTS[sort])
+    if not rows:
+        return ["no entries cached"]
+    width = width or terminal_width() or 1 << 20
+    now = time.time() if now is None else now
+    n = unique_prefixes([e.key for e in rows])
+    args = distinguishing([e.summary for e in rows])
+    known = any(e.mapped_by is not None for e in rows)
+    head = ("ENTRY", "SIZE", "REFS", "HITS", "LAST USE", "PIDS", "LOADER", "ARGUMENTS")
+    cells = []
+    for e, a in zip(rows, args):
+        pids = ("?" if e.mapped_by is None else ",".join(map(str, e.mapped_by)) or "-")
+        cells.append([e.key[:n], human_bytes(e.nbytes), human_bytes(e.referenced_nbytes) if e.referenced_nbytes
+                      else "-", str(e.hits), human_duration(now - e.last_used) + " ago", fit(pids, 16),
+                      e.short_loader, a])
+    table = [list(head)] + cells
+    keep = list(range(len(head)))
+    want = min(32, max(len(a) for a in args))
+
+    def room_left() -> int:
+        return width - sum(max(len(r[i]) for r in table) + len(_GAP) for i in keep[:-1])
+
+    # A narrow terminal: the arguments keep up to 32 columns; PIDS, REFS and LAST USE give way, then the loader.
+    for drop in (5, 2, 4):
+        if room_left() < want:
+            keep.remove(drop)
+    fixed = [max(len(r[i]) for r in table) for i in keep[:-1]]
+    room = room_left()
+    if room < want:
+        loader_w = max(12, fixed[-1] - (want - room))
+        room += fixed[-1] - loader_w
+        fixed[-1] = loader_w
+    room = max(room, 8)
+    lines = []
+    for r in table:
+        parts = [fit(r[i], w).ljust(w) for i, w in zip(keep[:-1], fixed)] + [_cut_end(r[-1], room)]
+        lines.append(_GAP.join(parts).rstrip()[:width])
+    total = sum(e.nbytes for e in rows)
+    note = "" if known else "; PIDS ?: this server does not say which processes map its entries"
+    files = {f.entry_id: f.nbytes for e in rows for f in e.files}
+    if files:  # referenced where they lie, not copied: page cache, outside the budget
+        note = (f"; plus {human_bytes(sum(files.values()))} in {len(files)} checkpoint "
+                f"file{'s' if len(files) > 1 else ''} referenced (page cache)") + note
+    lines.append(fit(f"{len(rows)} entries, {human_bytes(total)}{note}", width))
+    return lines

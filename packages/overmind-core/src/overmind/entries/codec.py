@@ -1,0 +1,192 @@
+"""The entry codec: a load's result <-> one sealed memfd (and the entries it references) with its meta.
+
+:func:`encode` readies the result (adapters' ``overmind_prepare_result``), pickles it with its storages out of
+band (each placed by ``shm.placer``: copied into this entry, or referenced in an entry this process maps),
+writes skeleton and bytes into a sealed memfd (``shm.writer``) and returns that fd with the entries it
+references (``deps``) and the ``meta`` the server keeps beside it. :func:`decode` maps an entry's memfds
+copy-on-write (``shm.reader``) and rebuilds the object, storages zero-copy over the mappings, objects the
+call was given as the caller's own (``pipe.vae is vae``, see :mod:`.arguments_ref`).
+
+>>> encoded = encode(result, loader, ck.summary, arguments)      # the caller publishes, then closes .fd
+>>> obj = decode(res.entry, res.fds, arguments)                  # a hit; closes the fds
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from .._util import gc_pause, heap_trim
+from ..adapters import hooks
+from ..errors import OvermindError
+from ..keys import canon, provenance
+from ..shm import filemaps, reader, writer
+from ..shm.filemaps import FileChanged  # noqa: F401 - flow.publish copies everything when it is raised
+from . import arguments_ref, dedup, pickling
+
+if TYPE_CHECKING:
+    from ..keys.key import Loader
+    from ..shm.arena import Arena
+
+
+@dataclass
+class Encoded:
+    """A written entry not yet published: the caller owns ``fd`` and closes it."""
+
+    fd: int
+    deps: list[str]  # ids of the entries whose bytes this one references
+    meta: dict[str, Any]
+    # (description, read-only fd) of each checkpoint file whose pages the entry references (``shm.filemaps``);
+    # the caller closes the fds too
+    files: list[tuple[dict[str, Any], int]] = field(default_factory=list)
+    # whether any storage of the result has its bytes in this entry's own data region (written, in place, or
+    # deduplicated into another entry), rather than referenced where this process already maps them (an entry's
+    # or a checkpoint file's pages)
+    owns_storages: bool = True
+
+
+_meta = threading.local()  # _meta.intended: an adapter said the result's meta tensors are meant (intend_meta)
+
+
+def intend_meta() -> None:
+    """Called while a result is readied for pickling (an adapter's ``overmind_prepare_result``): its meta tensors
+    are meant (a model offloaded to disk, whose hooks load those weights), whatever the key says."""
+    _meta.intended = True
+
+
+class UnexpectedMeta(OvermindError):
+    """The result holds tensors on the meta device (no data) though the call was not made to produce them: some
+    process state the key does not describe made them. It is returned, not published."""
+
+
+def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = None, *,
+           reference_mapped: bool = True, before_write: Callable[[], None] | None = None,
+           arena: Arena | None = None, expect_meta: bool = True) -> Encoded:
+    """Write ``result`` into a sealed memfd.
+
+    Objects of the call's bound ``arguments`` that the result holds are recorded as references to those
+    arguments (neither pickled nor copied). ``reference_mapped=False`` copies every storage, even one that
+    lives in an entry already mapped here or in a checkpoint file. ``arena`` is the miss's closed load arena
+    (``shm/arena.py``): the entry is written into its memfd, where the loader's large tensors already are; it
+    is used once (an entry written into it is sealed). ``before_write`` runs once the result is
+    pickled (so an adapter's refusal, which says why, comes first) and before anything is written; what it raises
+    propagates.
+    ``expect_meta=False``: the key says the call was not made to produce meta tensors (``torch_state.makes_meta``);
+    a result holding some raises :class:`UnexpectedMeta` before anything is written, unless an adapter readying it
+    said they are meant (:func:`intend_meta`).
+    Raises :class:`~overmind.entries.pickling.PicklingFailed` for a result that cannot be pickled.
+    """
+    if arena is not None and not (arena.usable and reference_mapped):
+        arena = None
+    with gc_pause.paused():  # no collection over the user's heap inside a load (see _util/gc_pause.py)
+        adapters_meta = hooks.entry_metadata(result, loader)
+        _meta.intended = False
+        pickled = _pickle(result, loader, reference_mapped, arguments, arena)
+    if not pickled.in_place:
+        arena = None  # nothing of the result is in it (an fp16 checkpoint's tensors are file mappings)
+    if pickled.holds_meta and not expect_meta and not getattr(_meta, "intended", False):
+        raise UnexpectedMeta(f"{loader.name} returned tensors on the meta device, though the call was not made "
+                             f"under init_empty_weights() or a meta default device")
+    if before_write is not None:
+        before_write()
+    meta = {"loader": loader.name, "summary": summary, "pickler": pickled.pickler, "pid": os.getpid(),
+            "adapters": adapters_meta}
+    if pickled.argument_aliases:
+        meta["argument_aliases"] = pickled.argument_aliases
+    if pickled.argument_memo:
+        meta["argument_memo"] = pickled.argument_memo
+    # Storages whose bytes an entry already holds are referenced there, not written (entries/dedup.py).
+    shared = dedup.plan(pickled.storages) if reference_mapped else dedup.Plan(list(pickled.storages))
+    meta.update(shared.meta)
+    to_write = shared.written
+    if arena is not None:
+        to_write = _use_arena(arena, pickled, shared)
+        # bytes the loader wrote into the entry itself (benchmarks and tests read it)
+        meta["written_once"] = sum(s.nbytes() for s, o in pickled.storages if o in pickled.in_place)
+    files = filemaps.open_referenced(pickled.deps)  # raises FileChanged: the caller copies everything then
+    try:
+        fd = writer.write_entry(pickled.skeleton, to_write, pickled.data_len,
+                                name=f"overmind:{loader.name}"[:240], arena=arena)
+    except BaseException:
+        for _, file_fd in files:
+            os.close(file_fd)
+        raise
+    deps = sorted(pickled.deps | shared.deps)
+    return Encoded(fd, deps, meta, files, bool(pickled.storages))
+
+
+def _use_arena(arena: Arena, pickled: pickling.Pickled, shared: dedup.Plan) -> list:
+    """The storages to write besides those already in ``arena``; ranges dedup found elsewhere are detached."""
+    kept = {offset for _s, offset in shared.written}
+    for storage, offset in pickled.storages:
+        if offset in pickled.in_place and offset not in kept:
+            arena.detach(storage.data_ptr())  # its bytes are referenced in another entry (or earlier in this one)
+            pickled.in_place.discard(offset)
+    return [(s, o) for s, o in shared.written if o not in pickled.in_place]
+
+
+def _pickle(result: Any, loader: Loader, reference_mapped: bool, arguments: dict | None,
+            arena: Arena | None = None) -> pickling.Pickled:
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(hooks.prepare_result(result, loader))
+        return pickling.dumps(result, hooks.reducers(), reference_mapped=reference_mapped, arguments=arguments,
+                              arena=arena)
+
+
+def decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None = None) -> Any:
+    """Rebuild the object of ``entry`` (a hit's ``{entry_id, key, meta, ...}``) from ``fds`` (its memfd and
+    those of the entries it depends on, by entry_id), mapped copy-on-write; closes the fds.
+
+    ``arguments`` are this call's bound arguments: where the entry records an argument, the result gets this
+    caller's object; one that does not fit raises :class:`~overmind.entries.arguments_ref.ArgumentMismatch`. The
+    object is remembered as coming from ``entry["key"]`` (see :mod:`.provenance`). The collector is paused
+    throughout: the skeleton is a large graph of new objects, and a collection over it finds nothing to free.
+
+    Every tensor comes back with the inference flag it had when the loader returned it, whatever the caller's
+    mode: transformers returns ordinary tensors under ``torch.inference_mode()``, diffusers inference tensors,
+    and the entry records which (``tensors.INFERENCE``); the rest are rebuilt outside inference mode.
+    """
+    with gc_pause.paused(), _outside_inference_mode():
+        obj, skeleton_bytes = _decode(entry, fds, arguments)
+    if skeleton_bytes >= heap_trim.TRIM_AFTER_BYTES:
+        heap_trim.trim()  # the rebuild's temporaries (a tokenizer's vocabulary) back to the system
+    return obj
+
+
+def _outside_inference_mode() -> contextlib.AbstractContextManager:
+    import torch
+
+    return torch.inference_mode(False) if torch.is_inference_mode_enabled() else contextlib.nullcontext()
+
+
+def _decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None) -> tuple[Any, int]:
+    try:
+        maps = {entry_id: reader.map_entry(entry_id, fd) for entry_id, fd in fds.items()}
+        redirects = dedup.Redirects(entry, fds)  # storages whose bytes another entry holds (entries/dedup.py)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    own = maps[entry["entry_id"]]
+    assert isinstance(own, reader.EntryMapping)  # the entry itself is a memfd; only its deps may be files
+    meta = entry.get("meta") or {}
+    adapters_meta = meta.get("adapters") or {}
+    hooks.before_unpickle(adapters_meta)
+
+    def storage_source(where, offset, nbytes):
+        return (own if where is None else maps[where]).storage(offset, nbytes)
+
+    skeleton = own.skeleton()
+    obj = pickling.loads(skeleton, redirects.wrap(storage_source), meta.get("pickler", "pickle"), arguments,
+                         list(meta.get("argument_aliases") or ()), list(meta.get("argument_memo") or ()))
+    obj = hooks.after_unpickle(obj, adapters_meta)
+    if arguments_ref.ArgumentIndex(arguments).path_of(obj) is None:
+        # (an argument returned as it was keeps its own origin)
+        provenance.remember_origin(obj, entry["key"], _config_form)
+    return obj, len(skeleton)
+
+
+def _config_form(config: Any) -> str:
+    """A module config as its key describes it: provenance compares it to tell the module's config unedited."""
+    return repr(canon.canon(config, hooks.key_for_value))

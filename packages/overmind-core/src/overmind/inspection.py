@@ -1,0 +1,268 @@
+"""The cache as data: what ``overmind ls``, ``status`` and ``evict`` show, as typed Python objects.
+
+>>> import overmind
+>>> info = overmind.cache_info()            # never starts a server
+>>> info.running, len(info.entries), info.size_on_server
+(True, 4, 92614656)
+>>> [e.short_loader for e in info.entries]
+['BertModel.from_pretrained', 'AutoModel.from_pretrained', ...]
+>>> overmind.evict("63ef86", dry_run=True).evicted      # any unique prefix of a key or entry id
+['63ef869afe2814103c3af965c46bb15259c711eb']
+
+This module imports only the standard library and the light parts of overmind (no torch).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable
+
+from ._util import interrupts
+from .errors import OvermindError
+
+log = logging.getLogger("overmind")
+
+__all__ = ["CacheEntry", "CacheFile", "CacheInfo", "EvictResult", "AmbiguousPrefix", "cache_info", "evict", "resolve"]
+
+
+@dataclass(frozen=True)
+class CacheFile:
+    """A checkpoint file whose pages entries reference instead of copying them (a file entry): its bytes are
+    the kernel's page cache of the file, shared with every plain load of it, and not in the memory budget."""
+
+    entry_id: str
+    path: str  # as the publishing process saw it (the file may since have been renamed)
+    nbytes: int  # the file's size
+    referenced_by: tuple[str, ...] = ()
+    changed: bool = False  # the file changed on disk since (the next hit takes its entries out of service)
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """One cached load result."""
+
+    entry_id: str
+    key: str
+    loader: str  # the loader's qualified name
+    summary: str  # the call's arguments, shortened
+    nbytes: int  # bytes of this entry's own memfd
+    referenced_nbytes: int  # bytes of the entries it references (a pipeline's components), counted once
+    hits: int  # gets answered from this entry (its publication not counted)
+    created: float
+    last_used: float
+    deps: tuple[str, ...] = ()  # entry ids this one references
+    referenced_by: tuple[str, ...] = ()  # entry ids referencing this one
+    mapped_by: tuple[int, ...] | None = None  # pids mapping its memfd now; None where the server cannot tell
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    files: tuple[CacheFile, ...] = ()  # checkpoint files it references (transitively), not copied into memfds
+
+    @property
+    def file_nbytes(self) -> int:
+        """Bytes of the checkpoint files it references: page cache, not counted in ``nbytes`` or the budget."""
+        return sum(f.nbytes for f in self.files)
+
+    @property
+    def short_loader(self) -> str:
+        """The loader's last two names: ``AutoModel.from_pretrained`` for
+        ``transformers.models.auto.modeling_auto.AutoModel.from_pretrained``, ``torch.load`` for itself."""
+        return ".".join(self.loader.split(".")[-2:])
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["deps"], out["referenced_by"] = list(self.deps), list(self.referenced_by)
+        out["mapped_by"] = None if self.mapped_by is None else list(self.mapped_by)
+        out["files"] = [dict(asdict(f), referenced_by=list(f.referenced_by)) for f in self.files]
+        out["file_nbytes"] = self.file_nbytes
+        return out
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """The server's state and its entries (``running`` False, no entries, when no server runs)."""
+
+    running: bool
+    runtime_dir: str
+    entries: tuple[CacheEntry, ...] = ()
+    status: dict[str, Any] = field(default_factory=dict)
+    files: tuple[CacheFile, ...] = ()  # the checkpoint files entries reference
+
+    @property
+    def size_on_server(self) -> int:
+        """Bytes of the server's memfds (what the budget counts)."""
+        return sum(e.nbytes for e in self.entries)
+
+    @property
+    def file_bytes(self) -> int:
+        """Bytes of the checkpoint files entries reference: page cache, outside the budget."""
+        return sum(f.nbytes for f in self.files)
+
+    @property
+    def hit_rate(self) -> float | None:
+        gets = self.status.get("gets")
+        return None if not gets else self.status.get("hits", 0) / gets
+
+    def to_json(self) -> dict[str, Any]:
+        return {"running": self.running, "runtime_dir": self.runtime_dir, "status": self.status,
+                "entries": [e.to_json() for e in self.entries], "size_on_server": self.size_on_server,
+                "hit_rate": self.hit_rate, "files": [dict(asdict(f), referenced_by=list(f.referenced_by))
+                                                     for f in self.files], "file_bytes": self.file_bytes}
+
+
+@dataclass(frozen=True)
+class EvictResult:
+    """What :func:`evict` did (or, with ``dry_run``, would do)."""
+
+    evicted: list[str]
+    refused: list[dict[str, str]]
+    dry_run: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class AmbiguousPrefix(OvermindError, LookupError):
+    """A prefix names no entry, or more than one."""
+
+
+def _client(runtime_dir: str | None):
+    from .client.connection import Client
+    from .client.launcher import accepts
+
+    client = Client(runtime_dir, autostart=False)
+    return client, accepts(client.socket_path)
+
+
+def cache_info(runtime_dir: str | None = None, *, processes: bool = True) -> CacheInfo:
+    """The running server's status and entries; never starts a server. ``processes``: find which processes
+    of this user map each entry (reads /proc/<pid>/maps)."""
+    client, up = _client(runtime_dir)
+    if not up:
+        return CacheInfo(False, client.runtime_dir)
+    try:
+        status = client.status()
+        listed = client.ls_all()
+        raw = listed["entries"]
+    finally:
+        client.close()
+    mapped = _mapping_pids({e["ino"] for e in raw if "ino" in e}) if processes else {}
+    by_id = {e["entry_id"]: e for e in raw}
+    files = {f["entry_id"]: CacheFile(f["entry_id"], str(f.get("path", "")), int(f.get("nbytes", 0)),
+                                      tuple(f.get("referenced_by") or ()), bool(f.get("changed")))
+             for f in listed["files"]}
+    entries = []
+    for e in raw:
+        meta = e.get("meta") or {}
+        refs = _closure(e["entry_id"], by_id) - {e["entry_id"]}
+        pids = None
+        if processes and "ino" in e:
+            pids = tuple(sorted(mapped.get(e["ino"], ())))
+        entries.append(CacheEntry(
+            entry_id=e["entry_id"], key=e["key"], loader=str(meta.get("loader", "?")),
+            summary=str(meta.get("summary", "")), nbytes=int(e["nbytes"]),
+            referenced_nbytes=sum(int(by_id[r]["nbytes"]) for r in refs), hits=int(e.get("hits", 0)),
+            created=float(e.get("created", 0)), last_used=float(e.get("last_used", 0)),
+            deps=tuple(e.get("deps") or ()), referenced_by=tuple(e.get("referenced_by") or ()), mapped_by=pids,
+            meta=meta, files=tuple(files[f] for f in sorted(_file_closure(e["entry_id"], by_id)) if f in files)))
+    return CacheInfo(True, client.runtime_dir, tuple(entries), status, tuple(files.values()))
+
+
+def resolve(prefix: str, entries: Iterable[CacheEntry]) -> CacheEntry:
+    """The one entry whose key or entry id starts with ``prefix`` (raises :class:`AmbiguousPrefix`)."""
+    entries = list(entries)
+    exact = [e for e in entries if prefix in (e.key, e.entry_id)]
+    found = exact or [e for e in entries if e.key.startswith(prefix) or e.entry_id.startswith(prefix)]
+    if not found:
+        raise AmbiguousPrefix(f"overmind: no cached entry starts with {prefix!r}; 'overmind ls' lists them.")
+    if len(found) > 1:
+        names = ", ".join(e.key[:12] for e in found[:5])
+        raise AmbiguousPrefix(f"overmind: {prefix!r} matches {len(found)} entries ({names}); give more characters.")
+    return found[0]
+
+
+def evict(*prefixes: str, all: bool = False, dry_run: bool = False, runtime_dir: str | None = None) -> EvictResult:
+    """Evict the entries named by unique prefixes of their keys or entry ids (or ``all``); ``dry_run`` only
+    says what would go. An entry others reference is refused (evict those first)."""
+    from .errors import ServerUnavailable
+
+    info = cache_info(runtime_dir, processes=False)
+    if not info.running:
+        raise ServerUnavailable(f"overmind: no server is running for {info.runtime_dir}; nothing is cached.")
+    if all:
+        targets = list(info.entries)
+    else:
+        targets = []
+        for p in prefixes:
+            e = resolve(p, info.entries)
+            if e not in targets:
+                targets.append(e)
+    going = {e.entry_id for e in targets}
+    if dry_run:
+        evicted, refused = [], []
+        for e in targets:
+            others = [r for r in e.referenced_by if r not in going]
+            if others:
+                refused.append({"key": e.key, "reason": f"referenced by entries {others}; evict those first"})
+            else:
+                evicted.append(e.key)
+        return EvictResult(evicted, refused, dry_run=True)
+    client, _ = _client(runtime_dir)
+    try:
+        if all:
+            out = client.evict(all=True)
+            return EvictResult(list(out["evicted"]), list(out["refused"]))
+        evicted, refused = [], []
+        # Referencing entries first, so an entry and the pipeline holding it go together when both are named.
+        for e in sorted(targets, key=lambda e: -len(_closure(e.entry_id, {t.entry_id: {"deps": t.deps}
+                                                                          for t in info.entries}))):
+            out = client.evict(e.key)
+            for key in out["evicted"]:
+                log.info("overmind: evicted %s (%s, %d bytes) on request", key[:12], e.loader, e.nbytes)
+            evicted += out["evicted"]
+            refused += out["refused"]
+        return EvictResult(evicted, refused)
+    finally:
+        client.close()
+
+
+def _closure(entry_id: str, by_id: dict[str, Any]) -> set[str]:
+    seen, todo = set(), [entry_id]
+    while todo:
+        eid = todo.pop()
+        if eid in seen or eid not in by_id:
+            continue
+        seen.add(eid)
+        deps = by_id[eid]["deps"] if isinstance(by_id[eid], dict) else by_id[eid].deps
+        todo.extend(deps or ())
+    return seen
+
+
+def _file_closure(entry_id: str, by_id: dict[str, Any]) -> set[str]:
+    """The file entries ``entry_id`` references, directly or through the entries it references."""
+    from .ipc.protocol import is_file_entry
+
+    return {d for e in _closure(entry_id, by_id) for d in (by_id[e]["deps"] or ()) if is_file_entry(d)}
+
+
+def _mapping_pids(inodes: set[int]) -> dict[int, set[int]]:
+    """inode -> pids of this user's processes with a ``memfd:overmind`` mapping of that inode."""
+    found: dict[int, set[int]] = {}
+    if not inodes:
+        return found
+    me = os.getpid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/maps", "rb") as f:
+                for line in f:
+                    if b"memfd:overmind" not in line:
+                        continue
+                    fields = line.split(None, 5)
+                    ino = int(fields[4])
+                    if ino in inodes:
+                        found.setdefault(ino, set()).add(int(name))
+        except (OSError, ValueError, IndexError) as exc:
+            interrupts.raise_users(exc)
+            continue  # gone, or another user's
+    return found

@@ -1,0 +1,3 @@
+"""The load flow: a call's key, then a hit or a miss and its publish (:mod:`.flow`); the scope of one user call; the
+global random generators around a miss; the replay of a miss's warnings and log records on a hit.
+"""

@@ -1,0 +1,300 @@
+"""``load()``: key -> hit | miss -> publish, and the policy that the user's load never breaks.
+
+A hit maps the entry (and the entries it references) copy-on-write and unpickles the skeleton. A miss
+runs the loader here, pickles the result with its storages out of band, writes a sealed memfd, publishes
+it, and returns the object rebuilt from that memfd, so this process shares the weights too and a later
+load that is given this object (``vae=vae``) references its entry instead of copying it; a result that would
+gain nothing by it (a tokenizer, a scheduler, a pipeline of components loaded by nested loads) is returned as
+the loader made it.
+
+Whatever goes wrong on Overmind's side, the caller gets the plain loader's result and one
+:class:`~overmind.fallback.OvermindWarning` naming the cause and the fix (:mod:`.fallback`). Exceptions raised
+by the loader itself propagate unchanged. Turning a result into an entry and back is :mod:`.entry`'s job.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from .. import fallback
+from .._util import gc_pause, heap_trim, interrupts
+from ..adapters import hooks
+from ..entries import arguments_ref, codec
+from ..errors import OvermindError, ServerError
+from ..keys import key, provenance, torch_state
+from ..shm import arena
+from . import randomness, scope
+from .replay import loader_logs, loader_warnings
+
+log = logging.getLogger("overmind")
+_local = threading.local()
+NESTED_WAIT_S = 60.0  # a nested load waits less: two processes waiting on each other's claims must not hang
+
+
+def _loading_stack() -> list[str]:
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    return stack
+
+
+def load(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
+    """Return ``fn(*args, **kwargs)``, through the cache when possible. See :func:`overmind.load`."""
+    # one user call (its nested loads included) warns once; reducers' memos last as long (loading/scope.py)
+    with fallback.user_call(), scope.scope():
+        return _load(fn, *args, **kwargs)
+
+
+def _load(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
+    if fallback.disabled():
+        return fn(*args, **kwargs)
+    try:
+        with gc_pause.paused():  # the key walks the arguments: no collection over the heap meanwhile
+            loader = key.describe_loader(fn)
+            arguments = key.bind_arguments(loader, args, kwargs)
+            extra = hooks.key_parts(loader, arguments)
+            cache_key = key.make_key(loader, arguments, extra, _value_hook)
+    except key.Unkeyable as e:
+        log.debug("overmind: not caching %r: %s", fn, e)
+        return fn(*args, **kwargs)
+    except Exception as e:
+        interrupts.raise_users(e)
+        fallback.step_aside(f"overmind: could not compute a cache key for {getattr(fn, '__qualname__', fn)!r} "
+                            f"({type(e).__name__}: {e}); loaded without the cache. Please report this.", e)
+        return fn(*args, **kwargs)
+    return _cached_call(loader, cache_key, args, kwargs, _Recheck(loader, arguments, extra), arguments=arguments)
+
+
+class _Recheck:
+    """Recomputes a call's key after its loader ran: a file swapped during the load, or an argument the loader
+    changed (``vae.half()`` inside it), means the result may not be what the key describes."""
+
+    def __init__(self, loader: key.Loader, arguments: dict, extra: list) -> None:
+        self.loader, self.arguments, self.extra = loader, arguments, extra
+
+    def unchanged(self, ck: key.CacheKey) -> bool:
+        try:
+            return key.make_key(self.loader, self.arguments, self.extra, _value_hook).key == ck.key
+        except key.Unkeyable:
+            return False
+
+
+def _value_hook(value: Any) -> Any:
+    return hooks.key_for_value(value)
+
+
+def _wait_timeout(nested: bool) -> float:
+    # A bad OVERMIND_WAIT_TIMEOUT warns once (overmind.settings) and reads as the default.
+    from ..client.timeouts import wait_timeout
+
+    total = wait_timeout()
+    return min(total, NESTED_WAIT_S) if nested else total
+
+
+def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict,
+                 recheck: _Recheck | None = None, arguments: dict | None = None) -> Any:
+    fn, stack = loader.fn, _loading_stack()
+    call_frame = sys._getframe()  # where the loader's warnings count their stacklevel from (replay/loader_warnings.py)
+    if ck.key in stack:
+        return fn(*args, **kwargs)  # the loader calls itself with the same arguments: no claim to wait on
+    from ..client.connection import GetResult, get_client
+
+    t0 = time.perf_counter()
+    try:
+        wait_s = _wait_timeout(nested=bool(stack))
+        client = get_client()
+        # No server yet: this load is a miss, claimed by the server this process starts for it (handoff.py).
+        res = GetResult("claimed") if client.claim_by_starting(ck.key) else \
+            client.get(ck.key, claim=True, wait=True, timeout=wait_s)
+    except OvermindError as e:
+        fallback.server_unavailable(loader.name, e)
+        return fn(*args, **kwargs)
+    if res.status == "hit":
+        assert res.entry is not None  # a hit carries its entry
+        try:
+            obj = codec.decode(res.entry, res.fds, arguments)
+            meta = res.entry.get("meta") or {}
+            warned = loader_warnings.Replay(meta.get("warnings"), call_frame)
+            logged = loader_logs.Replay(meta.get("logs"))
+            other_logging = logged.differs()  # after the rebuild: the libraries it imports have set their loggers
+            log.info("overmind: hit %s (entry %s, %d bytes) in %.3f s", loader.name, ck.key[:12],
+                     res.entry.get("nbytes", 0), time.perf_counter() - t0)
+        except arguments_ref.ArgumentMismatch as e:
+            # This call's objects do not fit where the entry holds arguments: the entry is sound, the call is not
+            # the one it was made for (a key that should have told them apart). Plain call; the entry stays.
+            fallback.step_aside(f"overmind: entry {ck.key[:12]} of {loader.name} does not fit this call's arguments "
+                                f"({e}); loaded without the cache. Please report this.", e)
+            return fn(*args, **kwargs)
+        except Exception as e:
+            interrupts.raise_users(e)
+            with interrupts.suppress(Exception):  # out of service in the server: the next load republishes it
+                client.mark_bad(ck.key, res.entry["entry_id"])
+            # The entry is out of service now (mark_bad): the next load publishes it again, so there is nothing
+            # to evict; a fix that names a command must work as written (issue 14).
+            fallback.step_aside(f"overmind: cannot rebuild entry {ck.key[:12]} of {loader.name} "
+                                f"({type(e).__name__}: {fallback.brief(e)}); loaded without the cache, and the "
+                                f"server no longer serves that entry (the next load publishes it again). If "
+                                f"this repeats, run 'overmind doctor' and report it.", e)
+            return fn(*args, **kwargs)
+        if other_logging is not None:  # the loader would not have logged what the entry holds: plain call
+            del obj
+            log.debug("overmind: not serving entry %s of %s: %s", ck.key[:12], loader.name, other_logging)
+            return fn(*args, **kwargs)
+        # The loader's warnings and log records, as the plain call gives them; outside the fallback: an "error"
+        # filter raises here
+        warned.issue(between=logged.emit)
+        return obj
+    if res.status != "claimed":
+        fallback.step_aside(f"overmind: another process is still loading {loader.name} (entry {ck.key[:12]}) after "
+                            f"{wait_s:.0f} s; loaded without the cache. Raise "
+                            f"OVERMIND_WAIT_TIMEOUT to wait longer.")
+        return fn(*args, **kwargs)
+
+    try:
+        return _load_claimed(client, loader, ck, args, kwargs, recheck, arguments, stack, call_frame)
+    except BaseException:
+        # The loader raised, or Ctrl-C / a signal handler's exception arrived anywhere while this call held the
+        # claim: give it back now, or other processes wait on it until this connection closes.
+        _release(client, ck.key)
+        raise
+
+
+def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict,
+                  recheck: _Recheck | None, arguments: dict | None, stack: list, call_frame: Any = None) -> Any:
+    """Run the loader under this call's claim, then publish; exceptions of the loader propagate. The warnings it
+    issues are shown as plain shows them, and kept in the entry for hits (``loading/replay/loader_warnings.py``)."""
+    fn = loader.fn
+    run = fallback.LoaderRun(outermost=not stack)
+    stack.append(ck.key)
+    t0 = time.perf_counter()
+    # The loader's large CPU allocations go straight into the memfd that becomes the entry (shm/arena.py).
+    load_arena = arena.open_arena()
+    try:
+        try:
+            generators = randomness.snapshot()
+            with loader_warnings.recording(call_frame) as warned, \
+                    loader_logs.recording(lambda: len(warned.records)) as logged:
+                result = fn(*args, **kwargs)
+        finally:
+            stack.pop()
+            if load_arena is not None:
+                load_arena.close()
+        run.finished()
+        t1 = time.perf_counter()
+        log.info("overmind: miss %s (entry %s): the loader ran in %.3f s", loader.name, ck.key[:12], t1 - t0)
+        unsure = warned.unsure or logged.unsure
+        if unsure is not None:  # a hit could not warn or log as this call did: not cached (slow, never wrong)
+            _release(client, ck.key)
+            log.debug("overmind: not caching %s: %s", loader.name, unsure)
+            return result
+        drew = randomness.moved(generators)
+        if drew:  # a hit would neither draw the same values nor move the generators: not cached (loading/randomness.py)
+            _release(client, ck.key)
+            log.debug("overmind: not caching %s: it drew from the global random generators %s", loader.name,
+                      ", ".join(drew))
+            return result
+        try:
+            rebuilt = publish(client, loader, ck, result, arguments, recheck, load_arena, warned.records,
+                              logged.for_entry())
+            log.info("overmind: published %s (entry %s) in %.3f s", loader.name, ck.key[:12],
+                     time.perf_counter() - t1)
+        except (KeyChanged, codec.UnexpectedMeta) as e:  # the result is not what the key describes: not cached
+            _release(client, ck.key)
+            log.info("overmind: not caching %s: %s", loader.name, e)
+            return result
+        except Exception as e:
+            interrupts.raise_users(e)
+            _release(client, ck.key)
+            run.not_cached(loader.name, e)  # one user call, one warning: a nested load may have said it already
+            return result
+    finally:
+        if load_arena is not None:
+            load_arena.release()
+    del result  # the plain result's memory goes now, and back to the system below
+    if not stack:
+        heap_trim.trim()  # the plain result's freed heap (~0.4 GiB for a pipeline converted to fp16) back to the system
+    return rebuilt
+
+
+def _release(client, cache_key: str) -> None:
+    try:
+        client.release(cache_key)
+    except Exception as e:  # the server is gone: the claim went with the connection
+        interrupts.raise_users(e)
+        log.debug("overmind: release of %s failed: %s", cache_key[:12], e)
+
+
+class KeyChanged(OvermindError):
+    """The call's key is not what it was before the loader ran: the result is returned, not published."""
+
+
+def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments: dict | None = None,
+            recheck: _Recheck | None = None, load_arena: arena.Arena | None = None,
+            warned: list | None = None, logged: dict | None = None) -> Any:
+    """Write ``result`` as an entry, publish it under ``ck`` and return it rebuilt from there, or ``result`` itself
+    where a rebuild would gain nothing (:func:`_plain_result_will_do`).
+
+    The publish reply is a hit on the entry, so the result comes back from the cache's bytes in one round trip.
+    ``recheck`` runs once the result is pickled (so an adapter's refusal, which says why, comes first) and
+    before anything is written: a key that changed raises :class:`KeyChanged`. ``load_arena``: the loader's
+    closed arena, whose memfd becomes the entry (``shm/arena.py``). ``warned``: the loader's warnings, which a hit
+    issues again (``loader_warnings.Recording.records``); ``logged``: its log records and the logging answers it
+    got (``loader_logs.Recording.for_entry``).
+    """
+    def before_write() -> None:
+        if recheck is not None and not recheck.unchanged(ck):
+            raise KeyChanged(f"the files or arguments of {loader.name} changed while it loaded")
+
+    expect_meta = torch_state.makes_meta(ck.ambient)
+    try:
+        encoded = codec.encode(result, loader, ck.summary, arguments, before_write=before_write, arena=load_arena,
+                               expect_meta=expect_meta)
+        res = _publish(client, ck, encoded, warned, logged)
+    except (ServerError, codec.FileChanged) as e:
+        if e.reason not in _COPY_INSTEAD:
+            raise
+        # An entry this one references was evicted meanwhile, or a checkpoint file it references changed: write
+        # the bytes themselves instead.
+        encoded = codec.encode(result, loader, ck.summary, arguments, reference_mapped=False, expect_meta=expect_meta)
+        res = _publish(client, ck, encoded, warned, logged)
+    if _plain_result_will_do(result, encoded):
+        for fd in res.fds.values():
+            os.close(fd)
+        return result
+    return codec.decode(res.entry, res.fds, arguments)
+
+
+def _plain_result_will_do(result: Any, encoded: codec.Encoded) -> bool:
+    """Whether the miss returns the loader's own result rather than its rebuild from the entry just published.
+
+    Rebuilding serves two ends: the process then shares the result's weights with the others (the loader's
+    heap copies are freed), and a module or tensor rebuilt from an entry is keyed by that entry when it is
+    passed to a later load (``keys/provenance.py``). A result that gains neither is returned as the loader made
+    it, the plain call's own object: one that is not a module or tensor, and whose storages (if any) all lie
+    where this process already shares them with the others, in the pages of an entry it maps or of a
+    checkpoint file. That is a tokenizer, a scheduler or a config (no storage: ~60 ms for a pipeline's
+    tokenizer), and a pipeline whose components came from nested loads (their entries' pages: ~0.14 s for the
+    blog's pipeline). A result with any storage of its own in the entry, however small, is rebuilt.
+    """
+    return not encoded.owns_storages and not provenance.tracked(result)
+
+
+_COPY_INSTEAD = ("dep missing", "file changed")
+
+
+def _publish(client, ck: key.CacheKey, encoded: codec.Encoded, warned: list | None = None,
+             logged: dict | None = None):
+    if warned:
+        encoded.meta["warnings"] = warned
+    if logged:
+        encoded.meta["logs"] = logged
+    try:
+        return client.publish_hit(ck.key, encoded.fd, deps=encoded.deps, meta=encoded.meta, files=encoded.files)
+    finally:
+        os.close(encoded.fd)
+        for _, fd in encoded.files:
+            os.close(fd)

@@ -1,0 +1,229 @@
+// The walk behind overmind.keys.provenance.snapshot, without a Python frame per module or per tensor.
+//
+// A warm blog load snapshots its three returned modules and checks them again when they are passed to the pipeline:
+// ~1,700 modules and ~1,800 tensors, ~9 ms in Python (issue 12). This builds the same two lists, equal item for
+// item, in about a third of the time (a ControlNet's 340 modules: 0.34 ms against 0.94 ms). Whatever is off the common path is handed to the Python functions the walk was given, so the
+// result is always what Python computes:
+// - a module's plain attributes are scanned as _loose_tensors does (a type outside the known non-tensor types: the
+//   Python _loose_tensors decides, and learns the type);
+// - a tensor whose type is not exactly torch.Tensor or torch.nn.Parameter, that is not on the CPU, has no storage
+//   or an invalid one, or any tensor while a torch-function mode is active, gets its row from the Python _tensor_row.
+// Every attribute read the Python walk makes through getattr (training, .grad) is made through getattr here too.
+#include <Python.h>
+
+#include <ATen/ATen.h>
+#include <ATen/PythonTorchFunctionTLS.h>
+#include <c10/core/impl/COW.h>
+#include <torch/csrc/Device.h>
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <unordered_set>
+#include <vector>
+
+#include "zerocopy.h"
+
+namespace py = pybind11;
+
+namespace overmind {
+namespace {
+
+py::object steal(PyObject* obj) {
+  if (obj == nullptr) {
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::object>(obj);
+}
+
+// (key, value) pairs of a mapping in its iteration order: PyDict_Next for an exact dict, items() for any other (an
+// OrderedDict's own order can differ from its underlying dict's after move_to_end).
+std::vector<std::pair<py::object, py::object>> items_of(PyObject* mapping) {
+  std::vector<std::pair<py::object, py::object>> out;
+  if (PyDict_CheckExact(mapping)) {
+    out.reserve(PyDict_GET_SIZE(mapping));
+    Py_ssize_t pos = 0;
+    PyObject *key = nullptr, *value = nullptr;
+    while (PyDict_Next(mapping, &pos, &key, &value)) {
+      out.emplace_back(py::reinterpret_borrow<py::object>(key), py::reinterpret_borrow<py::object>(value));
+    }
+    return out;
+  }
+  py::object items = steal(PyObject_CallMethod(mapping, "items", nullptr));
+  for (py::handle pair : items) {
+    py::tuple kv = py::reinterpret_borrow<py::tuple>(pair);
+    out.emplace_back(kv[0], kv[1]);
+  }
+  return out;
+}
+
+PyObject* item(PyObject* dict, const py::str& key) {
+  // d["_parameters"]: a KeyError like the Python walk's when it is missing
+  PyObject* value = PyDict_GetItemWithError(dict, key.ptr());  // borrowed
+  if (value == nullptr) {
+    if (!PyErr_Occurred()) {
+      PyErr_SetObject(PyExc_KeyError, key.ptr());
+    }
+    throw py::error_already_set();
+  }
+  return value;
+}
+
+py::str interned(const char* text) {
+  return py::reinterpret_steal<py::str>(steal(PyUnicode_InternFromString(text)).release());
+}
+
+py::object size_of(PyObject* obj) {
+  const Py_ssize_t n = PyObject_Size(obj);
+  if (n < 0) {
+    throw py::error_already_set();
+  }
+  return steal(PyLong_FromSsize_t(n));
+}
+
+bool truthy(PyObject* obj) {
+  const int r = PyObject_IsTrue(obj);
+  if (r < 0) {
+    throw py::error_already_set();
+  }
+  return r == 1;
+}
+
+py::tuple tensor_row(py::handle t, PyObject* tensor_type, PyObject* parameter_type, const py::object& size_type,
+                     const py::object& python_row) {
+  PyTypeObject* type = Py_TYPE(t.ptr());
+  if (reinterpret_cast<PyObject*>(type) != tensor_type && reinterpret_cast<PyObject*>(type) != parameter_type) {
+    return python_row(t);
+  }
+  const at::Tensor& tensor = THPVariable_Unpack(t.ptr());
+  if (!tensor.has_storage() || tensor.device().type() != c10::DeviceType::CPU) {
+    return python_row(t);
+  }
+  const c10::Storage& storage = tensor.storage();
+  if ((storage.data() == nullptr && storage.nbytes() != 0) || c10::impl::cow::is_cow_data_ptr(storage.data_ptr())) {
+    return python_row(t);  // an invalid storage (Python raises), or a lazy clone (Python's data_ptr() materializes it)
+  }
+  const int64_t dim = tensor.dim();
+  py::tuple shape(dim), stride(dim);
+  const auto sizes = tensor.sizes();
+  const auto strides = tensor.strides();
+  for (int64_t i = 0; i < dim; ++i) {
+    shape[i] = steal(PyLong_FromLongLong(sizes[i]));
+    stride[i] = steal(PyLong_FromLongLong(strides[i]));
+  }
+  // the same reads as type(t), s.data_ptr(), s.nbytes(), t.dtype, t.shape, t.stride(), t.storage_offset(),
+  // t.requires_grad, t.is_conj(), t.is_neg(), t.device
+  return py::make_tuple(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(type)),
+                        steal(PyLong_FromVoidPtr(const_cast<void*>(storage.data()))),
+                        steal(PyLong_FromSize_t(storage.nbytes())),
+                        py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPDtype(tensor.scalar_type()))),
+                        size_type(shape), stride, steal(PyLong_FromLongLong(tensor.storage_offset())),
+                        py::bool_(tensor.requires_grad()), py::bool_(tensor.is_conj()), py::bool_(tensor.is_neg()),
+                        steal(THPDevice_New(tensor.device())));
+}
+
+}  // namespace
+
+py::tuple provenance_walk(py::handle root, py::handle tensor_type, py::handle parameter_type, py::handle not_tensor_types,
+                          py::object loose_tensors, py::object python_row) {
+  if (!PySet_Check(not_tensor_types.ptr())) {
+    throw py::type_error("provenance_walk: not_tensor_types must be a set");
+  }
+  py::list modules, rows;
+  std::vector<py::object> tensors;
+  std::unordered_set<PyObject*> seen;  // ids, as the Python walk's set of id(m): every module stays alive meanwhile
+  std::vector<py::object> stack{py::reinterpret_borrow<py::object>(root)};
+  const py::str dict_name = interned("__dict__"), training_name = interned("training"), grad_name = interned("grad");
+  const py::str parameters_key = interned("_parameters"), buffers_key = interned("_buffers"),
+                modules_key = interned("_modules"), hooks_key = interned("_forward_hooks"),
+                pre_hooks_key = interned("_forward_pre_hooks");
+  while (!stack.empty()) {
+    py::object m = std::move(stack.back());
+    stack.pop_back();
+    if (!seen.insert(m.ptr()).second) {
+      continue;
+    }
+    py::object d = m.attr(dict_name);
+    if (!PyDict_Check(d.ptr())) {
+      throw py::type_error("provenance_walk: a module's __dict__ is not a dict");
+    }
+    PyObject* params = item(d.ptr(), parameters_key);
+    PyObject* buffers = item(d.ptr(), buffers_key);
+    PyObject* children = item(d.ptr(), modules_key);
+    py::object prow = py::tuple(), brow = py::tuple(), lrow = py::tuple();
+    if (truthy(params)) {
+      py::list row;
+      for (auto& [k, v] : items_of(params)) {
+        if (v.is_none()) {
+          continue;
+        }
+        row.append(py::make_tuple(k, steal(PyLong_FromVoidPtr(v.ptr())), py::bool_(v.attr(grad_name).is_none())));
+        tensors.push_back(v);
+      }
+      prow = row;
+    }
+    if (truthy(buffers)) {
+      py::list row;
+      for (auto& [k, v] : items_of(buffers)) {
+        if (v.is_none()) {
+          continue;
+        }
+        row.append(py::make_tuple(k, steal(PyLong_FromVoidPtr(v.ptr()))));
+        tensors.push_back(v);
+      }
+      brow = row;
+    }
+    // _loose_tensors: () when every attribute's type is a known non-tensor type, else the Python function decides
+    bool all_known = true;
+    {
+      Py_ssize_t pos = 0;
+      PyObject *key = nullptr, *value = nullptr;
+      while (PyDict_Next(d.ptr(), &pos, &key, &value)) {
+        const int known = PySet_Contains(not_tensor_types.ptr(), reinterpret_cast<PyObject*>(Py_TYPE(value)));
+        if (known < 0) {
+          throw py::error_already_set();
+        }
+        if (!known) {
+          all_known = false;
+          break;
+        }
+      }
+    }
+    if (!all_known) {
+      py::object loose = loose_tensors(d, tensor_type);
+      if (truthy(loose.ptr())) {
+        py::list row;
+        for (py::handle pair : loose) {
+          py::tuple kv = py::reinterpret_borrow<py::tuple>(pair);
+          row.append(py::make_tuple(kv[0], steal(PyLong_FromVoidPtr(kv[1].ptr()))));
+          tensors.push_back(py::reinterpret_borrow<py::object>(kv[1]));
+        }
+        lrow = row;
+      }
+    }
+    auto child_items = items_of(children);
+    py::tuple names(child_items.size()), ids(child_items.size());
+    for (size_t i = 0; i < child_items.size(); ++i) {
+      names[i] = child_items[i].first;
+      ids[i] = steal(PyLong_FromVoidPtr(child_items[i].second.ptr()));
+    }
+    modules.append(py::make_tuple(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(m.ptr()))),
+                                  m.attr(training_name), names, ids,
+                                  size_of(item(d.ptr(), hooks_key)),
+                                  size_of(item(d.ptr(), pre_hooks_key)), prow, brow, lrow));
+    for (auto it = child_items.rbegin(); it != child_items.rend(); ++it) {
+      if (!it->second.is_none()) {
+        stack.push_back(it->second);
+      }
+    }
+  }
+  const bool mode = at::impl::torch_function_mode_enabled();
+  const py::object size_type = py::module_::import("torch").attr("Size");  // THPSize_New is not exported
+  for (const py::object& t : tensors) {
+    rows.append(mode ? py::tuple(python_row(t))
+                     : tensor_row(t, tensor_type.ptr(), parameter_type.ptr(), size_type, python_row));
+  }
+  return py::make_tuple(modules, rows);
+}
+
+}  // namespace overmind

@@ -1,0 +1,549 @@
+"""The server's state: published entries, per-connection claims (singleflight), budget and LRU eviction.
+
+The server runs in one thread, so nothing here locks and nothing blocks: a ``get`` that finds another
+owner's claim answers ``busy`` at once, and the server parks the request itself; ``take_changed`` names the
+keys whose claim went away or that were published since it was last called, so the server knows which
+parked requests to ask again. Nothing here touches sockets: the connection handler passes an opaque
+``owner`` (its connection id) and gets back plain data and duplicated fds it must close after sending.
+
+Fds handed out are ``os.dup``s, so an eviction before the reply is sent cannot close an fd in flight;
+evicting an entry only closes the server's own fd, and mappings clients already made keep the memory
+alive. Entry ids carry a random nonce of this server, so an id seen from an earlier server is unknown here
+(never another entry of the same name). An entry marked bad (a client could not rebuild it) is no longer
+served under its key; it stays, for the entries that reference it, until the last of them goes.
+
+File entries (issue 12) stand for a checkpoint file whose pages an entry's storages reference instead of
+copying them: keyless, with the read-only fd the publisher sent, id ``file-<digest of its identity>``
+(``protocol.file_entry_id``). The server checks the fd against the identity the client describes before it
+takes it, keeps a file entry exactly as long as an entry references it, and counts its bytes apart (page
+cache, not the memfd budget). Before every hit it fstats each file the entry transitively references: one that
+changed (size, mtime or ctime: a rewrite in place, a rename over it, an unlink) takes every entry depending on
+it out of service, and the get answers as for a missing key.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import stat
+import time
+
+from ..errors import OvermindError
+from ..ipc.protocol import FILE_IDENTITY_FIELDS, file_entry_id, file_identity, is_file_entry
+from . import blobs, sealing
+from .log import log
+
+TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
+if TYPE_CHECKING:
+    from typing import Any
+
+
+
+class StoreError(OvermindError):
+    """A request the store refuses; ``reason`` is the short code sent to the client."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class Entry:
+    """One published memfd and what the server knows about it.
+
+    ``bad``: out of service, kept only while other entries reference it. A file entry's ``path`` is the checkpoint
+    file's path as the publisher saw it, and its ``identity`` the ``protocol.file_identity`` when published (None
+    for a memfd entry)."""
+
+    __slots__ = ("entry_id", "key", "fd", "nbytes", "meta", "deps", "created", "last_used", "lru", "hits",
+                 "referenced_by", "bad", "path", "identity")
+
+    def __init__(self, entry_id: str, key: str, fd: int, nbytes: int, meta: dict[str, Any], deps: list[str],
+                 created: float, last_used: float, lru: int, path: str = "",
+                 identity: dict[str, int] | None = None) -> None:
+        self.entry_id, self.key, self.fd, self.nbytes, self.meta, self.deps = entry_id, key, fd, nbytes, meta, deps
+        self.created, self.last_used, self.lru = created, last_used, lru
+        self.hits = 0
+        self.referenced_by: set[str] = set()
+        self.bad = False
+        self.path = path
+        self.identity = identity
+
+    def __repr__(self) -> str:
+        return f"Entry({self.entry_id!r}, key={self.key!r}, nbytes={self.nbytes}, file={self.is_file})"
+
+    @property
+    def is_file(self) -> bool:
+        return self.identity is not None
+
+    @property
+    def keyless(self) -> bool:
+        """Kept only while another entry references it (out of service, or a file entry)."""
+        return self.bad or self.is_file
+
+    def changed(self) -> bool:
+        """Whether a file entry's file is no longer what it was when published (or was deleted)."""
+        if self.identity is None:
+            return False
+        try:
+            st = os.fstat(self.fd)
+        except OSError:
+            return True
+        return st.st_nlink == 0 or file_identity(st) != self.identity
+
+    def public(self) -> dict[str, Any]:
+        """The fields a ``hit`` reply carries."""
+        return {"entry_id": self.entry_id, "key": self.key, "nbytes": self.nbytes, "meta": self.meta,
+                "deps": list(self.deps)}
+
+    def listing(self) -> dict[str, Any]:
+        """The fields an ``ls`` reply carries."""
+        # ino: the memfd's inode, which /proc/<pid>/maps shows, so 'overmind ls' can tell who maps the entry.
+        return dict(self.public(), hits=self.hits, created=self.created, last_used=self.last_used,
+                    referenced_by=sorted(self.referenced_by), ino=os.fstat(self.fd).st_ino)
+
+    def file_listing(self) -> dict[str, Any]:
+        """A file entry's fields in an ``ls`` reply (its ``files`` list)."""
+        assert self.identity is not None
+        return {"entry_id": self.entry_id, "path": self.path, "nbytes": self.identity["size"],
+                "referenced_by": sorted(self.referenced_by), "created": self.created, "changed": self.changed(),
+                **{f: self.identity[f] for f in FILE_IDENTITY_FIELDS}}
+
+
+class GetOutcome:
+    """What ``Store.get`` decided; ``fds`` (duplicates, owned by the caller) go with ``fd_entries``."""
+
+    __slots__ = ("status", "entry", "fd_entries", "fds")
+
+    def __init__(self, status: str, entry: dict[str, Any] | None = None, fd_entries: list[str] | None = None,
+                 fds: list[int] | None = None) -> None:
+        self.status, self.entry = status, entry
+        self.fd_entries = [] if fd_entries is None else fd_entries
+        self.fds = [] if fds is None else fds
+
+
+def process_owner(pid: int) -> int:
+    """The claim owner that stands for process ``pid`` until one of its connections adopts the claim; connection
+    ids count from 1, so the two never meet."""
+    return -pid
+
+
+class Store:
+    """Entries by key and id, claims by key, and the byte budget."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._by_key: dict[str, Entry] = {}
+        self._by_id: dict[str, Entry] = {}
+        self._claims: dict[str, int] = {}
+        self._used = 0
+        self._changed: set[str] = set()
+        self._nonce = os.urandom(4).hex()
+        self._ids = itertools.count(1)
+        self._ticks = itertools.count(1)
+        self.blobs = blobs.BlobIndex()  # bytes the entries hold, for a publisher's dedup (overmind.entries.dedup)
+        # For 'overmind status': gets answered, hits among them, bytes those hits mapped (with their deps),
+        # entries published, entries evicted (budget or request).
+        self.counters = {"gets": 0, "hits": 0, "bytes_served": 0, "publishes": 0, "evictions": 0}
+
+    # ---- get / claim / release -------------------------------------------------------------------------
+    def get(self, key: str, owner: int, *, claim: bool) -> GetOutcome:
+        """Hit, claim or miss per the protocol's ``get``; ``busy`` while another owner holds the claim."""
+        entry = self._by_key.get(key)
+        self.counters["gets"] += 1
+        if entry is not None and self._retire_changed(self._closure([entry.entry_id])):
+            entry = None  # a checkpoint file it references changed: answered as for a missing key
+        if entry is not None:
+            self._touch(entry)
+            entry.hits += 1
+            out = self._hit(entry)
+            self.counters["hits"] += 1
+            self.counters["bytes_served"] += sum(self._by_id[i].nbytes for i in out.fd_entries)
+            return out
+        holder = self._claims.get(key)
+        if holder is not None and holder != owner:
+            return GetOutcome("busy")
+        # The same connection asking again is a nested load of the key it is already loading; making it
+        # wait for itself would deadlock, so it keeps its claim.
+        if not claim:
+            return GetOutcome("miss")
+        self._claims[key] = owner
+        return GetOutcome("claimed")
+
+    def hold_for_process(self, key: str, pid: int) -> None:
+        """Claim ``key`` for process ``pid`` before it has a connection (the spawner's claim, ``handoff.py``)."""
+        self._claims[key] = process_owner(pid)
+
+    def adopt(self, key: str, owner: int, pid: int) -> None:
+        """Hand a claim held for process ``pid`` (``hold_for_process``) to ``owner``, that process's connection
+        naming ``key``: from here the claim lives and ends with that connection, as any other."""
+        if self._claims.get(key) == process_owner(pid):
+            self._claims[key] = owner
+
+    def take_changed(self) -> set[str]:
+        """Keys published or released since the last call: requests parked on them may now proceed."""
+        changed, self._changed = self._changed, set()
+        return changed
+
+    def holds_claims(self, owner: int) -> bool:
+        """Whether ``owner`` holds any claim (its connection must then stay open, however idle)."""
+        return owner in self._claims.values()
+
+    def release(self, key: str, owner: int) -> bool:
+        """Drop ``owner``'s claim on ``key`` (its loader failed); one waiter then gets ``claimed``."""
+        if self._claims.get(key) != owner:
+            return False
+        del self._claims[key]
+        self._changed.add(key)
+        return True
+
+    def release_all(self, owner: int, who: str = "") -> list[str]:
+        """Drop every claim of ``owner`` (its connection closed); returns the keys released."""
+        keys = [k for k, o in self._claims.items() if o == owner]
+        if keys:
+            # Logged before any waiter is answered, so the line is in the log before it can act on the release.
+            log.info("%s closed holding claims on %d keys; released them", who or f"owner {owner}", len(keys))
+        for k in keys:
+            del self._claims[k]
+        self._changed.update(keys)
+        return keys
+
+    # ---- publish ---------------------------------------------------------------------------------------
+    def publish(self, key: str, owner: int, fd: int, deps: list[str], meta: dict[str, Any],
+                held: list[tuple[str, int]] | None = None, *,
+                files: list[tuple[dict[str, Any], int]] | None = None) -> GetOutcome:
+        """Store ``fd`` (ownership passes to the store, closed on refusal) as ``key``; answer like a ``get``
+        hit on it (not counted as a hit), so the publisher maps what it published without asking again.
+        ``held`` are the blob keys and offsets of the storages the memfd holds (see :mod:`.blobs`).
+        ``files``: ``(description, fd)`` of the checkpoint files ``deps`` names (file entries), each fd owned
+        by the store from here; one that is not the file described refuses the publish (``file changed``)."""
+        try:
+            adopted = self._adopt_files(files or [])
+        except BaseException:
+            _close_quietly(fd)
+            raise
+        try:
+            return self._hit(self._store(key, owner, fd, deps, meta, held or []))
+        finally:
+            for file_id in adopted:  # refused, or the key was already cached: a file nobody references goes
+                file_entry = self._by_id.get(file_id)
+                if file_entry is not None and not file_entry.referenced_by:
+                    self._remove(file_entry)
+
+    def _adopt_files(self, files: list[tuple[dict[str, Any], int]]) -> list[str]:
+        """Take each described file's fd as its file entry (or close it if that entry exists); the ids
+        created. Every fd is closed or kept, whatever is raised."""
+        created: list[str] = []
+        try:
+            for i, (description, fd) in enumerate(files):
+                try:
+                    entry = self._file_entry(description, fd)
+                except BaseException:
+                    for _, rest in files[i:]:
+                        _close_quietly(rest)
+                    raise
+                if entry is not None:
+                    created.append(entry.entry_id)
+        except BaseException:
+            for file_id in created:
+                self._remove(self._by_id[file_id])
+            raise
+        return created
+
+    def _file_entry(self, description: dict[str, Any], fd: int) -> Entry | None:
+        """A new file entry for ``fd`` (None if it exists already and ``fd`` was closed)."""
+        if not isinstance(description, dict):
+            description = {}
+        path, entry_id = description.get("path"), description.get("entry_id")
+        values = [description.get(f) for f in FILE_IDENTITY_FIELDS]
+        if (not isinstance(path, str) or not isinstance(entry_id, str) or not is_file_entry(entry_id)
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in values)):
+            raise StoreError("bad request", f"publish refused: a file must be described by entry_id, path and "
+                             f"{', '.join(FILE_IDENTITY_FIELDS)}, got {description!r}")
+        claimed = {f: int(v) for f, v in zip(FILE_IDENTITY_FIELDS, values)}  # type: ignore[arg-type]
+        if file_entry_id(claimed) != entry_id:
+            raise StoreError("bad request", f"publish refused: file entry id {entry_id} is not the id of the "
+                             f"identity described for {path}")
+        try:
+            st = os.fstat(fd)
+            mode = _access_mode(fd)
+        except OSError as exc:
+            raise StoreError("file changed", f"publish refused: cannot fstat the fd sent for {path} "
+                             f"({exc.strerror})") from None
+        if not stat.S_ISREG(st.st_mode) or mode != os.O_RDONLY:
+            raise StoreError("bad request", f"publish refused: the fd sent for {path} is not a regular file "
+                             f"opened read-only")
+        if file_identity(st) != claimed or st.st_nlink == 0:
+            raise StoreError("file changed", f"publish refused: {path} changed since the client read its pages "
+                             f"(now {file_identity(st)}, the client saw {claimed}); load again.")
+        if entry_id in self._by_id:
+            os.close(fd)
+            return None
+        now = time.time()
+        entry = Entry(entry_id, "", fd, 0, {"path": path}, [], created=now, last_used=now, lru=next(self._ticks),
+                      path=path, identity=claimed)
+        self._by_id[entry_id] = entry
+        log.info("file entry %s for %s (%d bytes of page cache, not counted in the budget)", entry_id, path,
+                 st.st_size)
+        return entry
+
+    def _store(self, key: str, owner: int, fd: int, deps: list[str], meta: dict[str, Any],
+               held: list[tuple[str, int]] | None = None) -> Entry:
+        try:
+            try:
+                # Pages really held: storages found in other entries were left as holes (overmind.entries.dedup).
+                nbytes = blobs.held_bytes(fd, sealing.sealed_size(fd))
+            except sealing.NotSealed as exc:
+                raise StoreError("not sealed", f"publish refused: {exc}.") from None
+            existing = self._by_key.get(key)
+            if existing is not None and self._retire_changed(self._closure([existing.entry_id])):
+                existing = None
+            if existing is not None:
+                # Two loaders raced without claims (or one published twice): first one wins, the new fd is
+                # redundant.
+                self._drop_claim(key)
+                os.close(fd)
+                return existing
+            # A dependency whose checkpoint file changed is no longer what the new entry's bytes were read from.
+            self._retire_changed(self._closure([d for d in deps if d in self._by_id]))
+            missing = [d for d in deps if d not in self._by_id]
+            if missing:
+                raise StoreError(
+                    "dep missing",
+                    f"publish refused: dependency entries {missing} are not (or no longer) cached; they "
+                    f"were evicted after this entry was written. Load again to rebuild it.",
+                )
+            self._make_room(nbytes, protected=set(self._closure(deps)))
+            now = time.time()
+            entry = Entry(f"{key[:16]}-{self._nonce}-{next(self._ids)}", key, fd, nbytes, meta,
+                          list(dict.fromkeys(deps)), created=now, last_used=now, lru=next(self._ticks))
+            self._by_key[key] = entry
+            self._by_id[entry.entry_id] = entry
+            for d in entry.deps:
+                self._by_id[d].referenced_by.add(entry.entry_id)
+            self._used += nbytes
+            self.blobs.add(entry.entry_id, held or [])
+            self.counters["publishes"] += 1
+            self._drop_claim(key)
+            log.info("published %s (%d bytes, deps %s); %d/%d bytes used", entry.entry_id, nbytes,
+                     entry.deps, self._used, self.max_bytes)
+            return entry
+        except BaseException:
+            _close_quietly(fd)
+            raise
+
+    def _drop_claim(self, key: str) -> None:
+        # Whoever held the claim, the key is now cached: waiters wake and take the hit.
+        self._claims.pop(key, None)
+        self._changed.add(key)
+
+    def _make_room(self, need: int, protected: set[str]) -> None:
+        """Evict least-recently-used unreferenced entries until ``need`` more bytes fit, or refuse."""
+        if self._used + need <= self.max_bytes:
+            return
+        plan = self._plan_eviction(need, protected)
+        if plan is None:
+            raise StoreError(
+                "budget",
+                f"publish refused: the entry needs {need} bytes and only "
+                f"{self.max_bytes - self._used} of the {self.max_bytes}-byte budget can be freed without "
+                f"evicting entries in use as dependencies. Raise OVERMIND_MAX_BYTES (then 'overmind stop') "
+                f"or free space: 'overmind ls --sort size' lists the largest, 'overmind evict PREFIX' drops one.",
+            )
+        for victim in plan:
+            log.info("evicting %s (%d bytes, least recently used) to fit %d bytes", victim.entry_id,
+                     victim.nbytes, need)
+            self._remove(victim)
+            self.counters["evictions"] += 1
+
+    def _plan_eviction(self, need: int, protected: set[str]) -> list[Entry] | None:
+        refs = {eid: set(e.referenced_by) for eid, e in self._by_id.items()}
+        gone: set[str] = set()
+        freed = 0
+        plan: list[Entry] = []
+        while self._used - freed + need > self.max_bytes:
+            candidates = [e for eid, e in self._by_id.items()
+                          if eid not in gone and eid not in protected and not refs[eid] and not e.is_file]
+            if not candidates:
+                return None
+            victim = min(candidates, key=lambda e: e.lru)
+            plan.append(victim)
+            gone.add(victim.entry_id)
+            freed += victim.nbytes
+            for d in victim.deps:
+                refs[d].discard(victim.entry_id)
+                dep = self._by_id[d]
+                if dep.keyless and not refs[d] and d not in gone:  # removed along with its last referent
+                    gone.add(d)
+                    freed += dep.nbytes
+        return plan
+
+    # ---- bad entries ---------------------------------------------------------------------------------
+    def mark_bad(self, key: str, entry_id: str) -> bool:
+        """Take entry ``entry_id`` of ``key`` out of service (a client could not rebuild it): the next get of
+        ``key`` is a miss or claim. False when that is not the entry serving ``key`` (already replaced)."""
+        entry = self._by_key.get(key)
+        if entry is None or entry.entry_id != entry_id:
+            return False
+        del self._by_key[key]
+        entry.bad = True
+        if entry.referenced_by:
+            log.info("marked %s bad: no longer served; kept while entries %s reference it", entry_id,
+                     sorted(entry.referenced_by))
+        else:
+            log.info("marked %s bad: no longer served; evicted", entry_id)
+            self._remove(entry)
+        return True
+
+    def _retire_changed(self, ids: list[str]) -> bool:
+        """Take out of service every entry depending on a file entry among ``ids`` whose file changed (and free
+        those nobody references); whether there was one."""
+        changed = [self._by_id[i] for i in ids if is_file_entry(i) and self._by_id[i].changed()]
+        if not changed:
+            return False
+        affected: dict[str, Entry] = {}
+        todo = list(changed)
+        while todo:
+            e = todo.pop()
+            if e.entry_id in affected:
+                continue
+            affected[e.entry_id] = e
+            todo.extend(self._by_id[r] for r in e.referenced_by if r in self._by_id)
+        for e in affected.values():
+            if not e.is_file and self._by_key.get(e.key) is e:
+                del self._by_key[e.key]
+            e.bad = True
+        log.info("checkpoint files %s changed on disk: entries %s no longer served",
+                 [f.path for f in changed], sorted(i for i, e in affected.items() if not e.is_file))
+        for e in list(affected.values()):
+            if not e.referenced_by:
+                self._remove(e)  # frees the entries below it that nothing else references
+        return True
+
+    # ---- fds, listing, eviction ------------------------------------------------------------------------
+    def fds(self, entry_ids: list[str]) -> list[int]:
+        """Duplicates of the fds of ``entry_ids``, in order; the caller closes them."""
+        missing = [e for e in entry_ids if e not in self._by_id]
+        if missing:
+            raise StoreError("unknown entry", f"entries {missing} are not cached (evicted or never "
+                             f"published); run 'overmind ls' to see what is.")
+        if self._retire_changed(self._closure(entry_ids)):
+            return self.fds(entry_ids)  # unknown entry now, if one of them depended on a changed file
+        for eid in entry_ids:
+            self._touch(self._by_id[eid])
+        return self._dup(entry_ids)
+
+    def find_blobs(self, keys: list[str]) -> tuple[list[tuple[int, str, int]], list[str], list[int]]:
+        """Candidates for blob ``keys``: ``(found, entry_ids, fds)``, ``found`` as ``BlobIndex.find``, and a
+        duplicated fd (the caller closes it) of each entry named there, so the caller can compare the bytes."""
+        found = [f for f in self.blobs.find(keys) if f[1] in self._by_id]
+        ids = list(dict.fromkeys(f[1] for f in found))
+        return found, ids, self._dup(ids)
+
+    def evict(self, key: str | None = None, *, all: bool = False) -> tuple[list[str], list[dict[str, Any]]]:
+        """Evict ``key`` (refused while another entry references it) or everything; ``(evicted, refused)``."""
+        if all:
+            victims = [e for e in self._by_id.values() if not e.is_file]
+            for e in list(self._by_id.values()):
+                self._remove(e)
+            self.counters["evictions"] += len(victims)
+            log.info("evicted all %d entries on request", len(victims))
+            return [e.key for e in victims], []
+        entry = self._by_key.get(key) if key is not None else None
+        if entry is None:
+            return [], [{"key": key, "reason": "not cached"}]
+        if entry.referenced_by:
+            return [], [{"key": key, "reason": f"referenced by entries {sorted(entry.referenced_by)}; "
+                                              f"evict those first, or evict --all"}]
+        self._remove(entry)
+        self.counters["evictions"] += 1
+        log.info("evicted %s on request", entry.entry_id)
+        return [entry.key], []
+
+    def listing(self) -> list[dict[str, Any]]:
+        """Every entry's ``ls`` fields, oldest first."""
+        return [e.listing() for e in sorted(self._by_id.values(), key=lambda e: e.created) if not e.is_file]
+
+    def file_listing(self) -> list[dict[str, Any]]:
+        """Every file entry's ``ls`` fields (the checkpoint files entries reference), oldest first."""
+        return [e.file_listing() for e in sorted(self._by_id.values(), key=lambda e: e.created) if e.is_file]
+
+    def stats(self) -> dict[str, int]:
+        """Counts for the ``status`` reply (``entries`` and ``bytes``: memfd entries; ``files`` and
+        ``file_bytes``: the checkpoint files they reference, page cache outside the budget)."""
+        files = [e.identity["size"] for e in self._by_id.values() if e.identity is not None]
+        return {"entries": len(self._by_id) - len(files), "files": len(files), "file_bytes": sum(files),
+                "bytes": self._used, "max_bytes": self.max_bytes,
+                "claims": len(self._claims), "blobs": len(self.blobs), **self.counters}
+
+    def close_all(self) -> None:
+        """Close every fd the store holds (server shutdown)."""
+        for e in list(self._by_id.values()):
+            self._remove(e)
+
+    # ---- helpers -------------------------------------------------------------
+    def _touch(self, entry: Entry) -> None:
+        entry.last_used = time.time()
+        entry.lru = next(self._ticks)
+
+    def _hit(self, entry: Entry) -> GetOutcome:
+        ids = self._closure([entry.entry_id])
+        return GetOutcome("hit", entry.public(), ids, self._dup(ids))
+
+    def _closure(self, ids: list[str]) -> list[str]:
+        """``ids`` then every entry they transitively depend on, each once, breadth first."""
+        order = list(dict.fromkeys(ids))
+        seen = set(order)
+        i = 0
+        while i < len(order):
+            for d in self._by_id[order[i]].deps:
+                if d not in seen:
+                    seen.add(d)
+                    order.append(d)
+            i += 1
+        return order
+
+    def _dup(self, ids: list[str]) -> list[int]:
+        fds: list[int] = []
+        try:
+            for eid in ids:
+                fds.append(os.dup(self._by_id[eid].fd))
+        except BaseException as exc:
+            for fd in fds:
+                _close_quietly(fd)
+            if isinstance(exc, OSError):
+                raise StoreError("server fds", f"the server cannot duplicate entry fds ({exc.strerror}); it may "
+                                 f"be at its open-file limit. Run 'overmind evict' on unused entries, or "
+                                 f"raise 'ulimit -n' and restart it with 'overmind stop'.") from None
+            raise
+        return fds
+
+    def _remove(self, entry: Entry) -> None:
+        if self._by_id.get(entry.entry_id) is not entry:
+            return  # already gone (a bad dependency removed along with its last referent)
+        if self._by_key.get(entry.key) is entry:
+            del self._by_key[entry.key]
+        del self._by_id[entry.entry_id]
+        self.blobs.remove(entry.entry_id)
+        self._used -= entry.nbytes
+        _close_quietly(entry.fd)
+        for d in entry.deps:
+            dep = self._by_id.get(d)
+            if dep is not None:
+                dep.referenced_by.discard(entry.entry_id)
+                if dep.keyless and not dep.referenced_by:
+                    log.info("evicting %s entry %s: its last referent %s is gone",
+                             "file" if dep.is_file else "bad", d, entry.entry_id)
+                    self._remove(dep)
+
+
+def _close_quietly(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def _access_mode(fd: int) -> int:
+    """The access mode of ``fd`` (``os.O_RDONLY``, ``O_WRONLY`` or ``O_RDWR``)."""
+    import fcntl
+
+    return fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
