@@ -359,15 +359,10 @@ def test_an_entry_without_data_next_to_a_file_mapping_leaves_it_registered(check
         os.close(fd)
     storage = m.storage(0, 4096)
 
-    class Empty:  # what mappings.register reads of an entry mapping
-        entry_id, mm = "skeleton-only", mmap.mmap(-1, 4096)
-        address = m.address - 4096
-        data_address = m.address
-
-    empty = Empty()
-    mappings.register(empty)
+    mm = mmap.mmap(-1, 4096)  # the skeleton-only entry's mapping, right below the file's: its data region is empty
+    mappings.register("skeleton-only", m.address, m.address - 4096 + len(mm), mm)
     assert mappings.locate(storage.data_ptr(), 4096) == (m.entry_id, 0)
-    del empty
+    del mm
 
 
 @pytest.mark.parametrize("name, referenced", [("lib.so", False), ("libx.so.6.0.30", False), ("model.so.bin", True),

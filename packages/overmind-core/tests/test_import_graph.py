@@ -1,7 +1,7 @@
-"""The modules of ``overmind`` import each other without a cycle (issue 11): read from their source with
-``ast``, counting every import that can run, at import time or inside a function (a late import is still a
-dependency: it only moves the cycle to the first call), but not those under ``if TYPE_CHECKING:`` (type only).
-No module is exempt."""
+"""The modules of ``overmind`` import each other without a cycle, and its parts stand in layers: read from their
+source with ``ast``, counting every import, at import time, inside a function (a late import is still a
+dependency: it only moves the cycle to the first call) or under ``if TYPE_CHECKING:`` (a type is a dependency
+too). No module is exempt."""
 from __future__ import annotations
 
 import ast
@@ -20,32 +20,19 @@ def module_name(path: Path) -> str:
 MODULES = {module_name(p): p for p in ROOT.rglob("*.py")}
 
 
-def is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
-def run_time_statements(body: list[ast.stmt]):
-    """Every import statement that can run: in the module body and in any block, function or class inside
-    it, except under ``if TYPE_CHECKING:`` (its ``else`` runs)."""
+def import_statements(body: list[ast.stmt]):
+    """Every import statement: in the module body and in any block, function or class inside it."""
     for node in body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            yield node
-        elif isinstance(node, ast.If) and is_type_checking(node.test):
-            yield from run_time_statements(node.orelse)
-        else:
-            for child in ast.iter_child_nodes(node):
-                if isinstance(child, ast.stmt):
-                    yield from run_time_statements([child])
-                elif isinstance(child, (ast.excepthandler, ast.match_case)):
-                    yield from run_time_statements(child.body)
+        for sub in ast.walk(node):
+            if isinstance(sub, (ast.Import, ast.ImportFrom)):
+                yield sub
 
 
 def imports_of(name: str) -> set[str]:
     path = MODULES[name]
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in run_time_statements(ast.parse(path.read_text()).body):
+    for node in import_statements(ast.parse(path.read_text()).body):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         else:
@@ -90,7 +77,7 @@ def test_the_reader_sees_the_imports():
     assert "overmind.errors" in imports_of("overmind.adapters.patching")
     assert "overmind.loading.flow" in imports_of("overmind.activation")  # inside a function: counted
     assert "overmind.keys.canon_torch" in imports_of("overmind.keys.canon")  # inside a method: counted
-    assert "overmind.keys.key" not in imports_of("overmind.adapters.hookspecs")  # under TYPE_CHECKING only
+    assert "overmind.keys.key" in imports_of("overmind.adapters.hookspecs")  # under TYPE_CHECKING: counted
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
@@ -101,9 +88,41 @@ def test_no_import_cycle_in_overmind():
 
 
 def test_patching_knows_nothing_of_the_load_path():
-    assert imports_of("overmind.adapters.patching") <= {"overmind.errors", "overmind._util.frozen"}
+    assert imports_of("overmind.adapters.patching") <= {"overmind.errors", "overmind._util.frozen",
+                                                        "overmind._util.user_frame"}
     assert imports_of("overmind._util.frozen") == set()  # a leaf: the frozen record base
     assert "import api" not in MODULES["overmind.adapters.patching"].read_text()
+
+
+# The parts of the core from the ground up: a part imports only parts on lower floors (and itself). A top-level
+# module is a part of its own; a folder is one part.
+FLOORS = [
+    ["_version", "errors", "_util"],
+    ["settings"],
+    ["fallback", "ipc", "native"],
+    ["client", "shm"],
+    ["keys", "server", "inspection"],
+    ["adapters"],
+    ["entries"],
+    ["loading"],
+    ["activation", "adapter"],
+    ["__init__", "testing", "runner"],
+    ["cli"],
+    ["__main__"],
+]
+
+
+def part_of(name: str) -> str:
+    parts = name.split(".")
+    return "__init__" if len(parts) == 1 else parts[1]
+
+
+def test_the_parts_stand_in_floors():
+    floor = {part: i for i, parts in enumerate(FLOORS) for part in parts}
+    assert {part_of(m) for m in MODULES} == set(floor), "a part of the core is missing from FLOORS (or gone)"
+    upward = sorted(f"{name} -> {target}" for name in MODULES for target in imports_of(name)
+                    if part_of(target) != part_of(name) and floor[part_of(target)] >= floor[part_of(name)])
+    assert not upward, "imports of a part on the same floor or above: " + ", ".join(upward)
 
 
 def test_the_fixture_adapter_needs_nothing_of_overmind_but_the_kit():

@@ -3,14 +3,13 @@
 >>> warn_at_user_line(OvermindWarning("overmind: ..."))   # filename/lineno: the user's call, at any depth
 
 So ``python -W error`` and warning filters by module work as they do for the library's own warnings. A leaf
-module (nothing of overmind imported at load time): :mod:`.settings` and :mod:`.fallback` both use it.
+module: :mod:`overmind.settings` and :mod:`overmind.fallback` use it, and :mod:`overmind.adapters.patching` tells
+it which packages hold patched loaders.
 """
 from __future__ import annotations
 
 import sys
 import warnings
-
-from . import interrupts
 
 
 class OvermindWarning(UserWarning):
@@ -29,10 +28,24 @@ def warn_at_user_line(warning: Warning) -> None:
                            module=g.get("__name__", "<unknown>"), registry=g.setdefault("__warningregistry__", {}))
 
 
-# Packages whose frames are never the user's: ours, the standard library's machinery between a call and its
-# callee, and (added at run time) the libraries whose loaders are patched.
+# Packages whose frames are never the user's: ours, and the standard library's machinery between a call and its
+# callee. The libraries whose loaders are patched are added while they are (:func:`count_patched`).
 _ALWAYS_INTERNAL = frozenset({"overmind", "importlib", "<frozen importlib", "contextlib", "functools", "pluggy",
                               "threading", "concurrent"})
+_patched: dict[str, int] = {}  # top-level package -> how many of its attributes are patched now
+
+
+def count_patched(owner: object, delta: int) -> None:
+    """One more (``delta=1``) or one fewer (``-1``) attribute of ``owner`` (a class or module) patched: the frames
+    of a package holding a patched loader are not the user's. :mod:`overmind.adapters.patching` calls it."""
+    package = _module_of(owner).partition(".")[0]
+    if not package or package.startswith("__main__"):
+        return
+    left = _patched.get(package, 0) + delta
+    if left > 0:
+        _patched[package] = left
+    else:
+        _patched.pop(package, None)
 
 
 def is_overmind(frame) -> bool:
@@ -50,14 +63,7 @@ def _top_package(frame) -> str:
 
 
 def _internal_packages() -> frozenset:
-    try:
-        from ..adapters.patching import patched_targets
-
-        patched = {_module_of(t.owner).partition(".")[0] for t in patched_targets()}
-    except Exception as exc:  # noqa: BLE001 - attribution must never break a warning
-        interrupts.raise_users(exc)
-        patched = set()
-    return _ALWAYS_INTERNAL | {p for p in patched if p and not p.startswith("__main__")}
+    return _ALWAYS_INTERNAL | set(_patched)
 
 
 def _module_of(owner) -> str:

@@ -54,28 +54,15 @@ _reducers: tuple[Any, Mapping[type, list[Callable]]] | None = None
 
 
 def reducers() -> Mapping[type, list[Callable]]:
-    """Every live adapter's ``overmind_reducers`` and the core's (plain tensors, TorchScript), as
-    ``{type: [reducer, ...]}``: where two claim one type, both are kept and tried in hook order (see
-    ``pickling._Reducers``)."""
+    """Every live adapter's ``overmind_reducers``, as ``{type: [reducer, ...]}`` in hook order: where two claim
+    one type, both are kept and tried in turn (``pickling.reducer_table`` adds the core's own after them). The
+    same table object while the live adapters stay the same."""
     global _reducers
     stamp = (discovery.generation(), discovery.live_names())
     if _reducers is not None and _reducers[0] == stamp:
         return _reducers[1]
-    parts = _run("overmind_reducers")
-    from ..native import tensors  # late: these import torch
-
-    parts.append(tensors.reducers())
-    from ..keys import local_classes
-
-    parts.append(local_classes.reducers())
-    try:
-        from ..entries import torchscript
-
-        parts.append(torchscript.reducers())
-    except ImportError:
-        pass
     table: dict[type, list[Callable]] = {}
-    for part in parts:
+    for part in _run("overmind_reducers"):
         for t, r in (part or {}).items():
             table.setdefault(t, []).append(r)
     _reducers = (stamp, table)

@@ -16,6 +16,7 @@ import functools
 import threading
 import types
 
+from .._util import user_frame
 from .._util.frozen import Frozen
 from ..errors import OvermindError
 
@@ -164,6 +165,7 @@ def apply(target: PatchTarget, route: Route | None = None) -> bool:
             ) from None
         setattr(target.owner, target.name, _make_wrapper(target, original, route))
         _records[slot] = _Record(target, original, had_own)
+        user_frame.count_patched(target.owner, 1)
         return True
 
 
@@ -177,4 +179,5 @@ def restore(target: PatchTarget) -> bool:
             setattr(target.owner, target.name, rec.original)
         else:
             delattr(target.owner, target.name)
+        user_frame.count_patched(target.owner, -1)
         return True

@@ -131,8 +131,8 @@ def _pickle(result: Any, loader: Loader, reference_mapped: bool, arguments: dict
             arena: Arena | None = None) -> pickling.Pickled:
     with contextlib.ExitStack() as stack:
         stack.enter_context(hooks.prepare_result(result, loader))
-        return pickling.dumps(result, hooks.reducers(), reference_mapped=reference_mapped, arguments=arguments,
-                              arena=arena)
+        table = pickling.reducer_table(hooks.reducers())
+        return pickling.dumps(result, table, reference_mapped=reference_mapped, arguments=arguments, arena=arena)
 
 
 def decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None = None) -> Any:

@@ -39,6 +39,7 @@ import torch
 
 from .._util import interrupts
 from ..errors import OvermindError
+from ..keys import local_classes
 from ..native import tensors, zerocopy
 from ..native.tensors import UntypedStorageArg
 from ..shm.placer import Placer
@@ -239,12 +240,42 @@ def _kind_of(t: type) -> int:
     return _PLAIN
 
 
+_table: tuple[Mapping, Mapping[type, list[Callable]]] | None = None  # (the adapters' table, with the core's)
+
+
+def reducer_table(adapters: Mapping[type, list[Callable]]) -> Mapping[type, list[Callable]]:
+    """The reducers an entry is pickled with: ``adapters`` (the live adapters' ``overmind_reducers``, from
+    :func:`overmind.adapters.hooks.reducers`), then the core's own: plain tensors and parameters
+    (:mod:`overmind.native.tensors`), classes not importable by name (:mod:`overmind.keys.local_classes`) and
+    TorchScript modules (:mod:`.torchscript`). Where several claim one type they are tried in that order."""
+    global _table
+    if _table is not None and _table[0] is adapters:
+        return _table[1]
+    table = {t: list(rs) for t, rs in adapters.items()}
+    for part in _core_reducers():
+        for t, r in part.items():
+            table.setdefault(t, []).append(r)
+    _table = (adapters, table)
+    return table
+
+
+def _core_reducers() -> list[Mapping[type, Callable]]:
+    parts: list[Mapping[type, Callable]] = [tensors.reducers(), local_classes.reducers()]
+    try:
+        from . import torchscript
+
+        parts.append(torchscript.reducers())
+    except ImportError:
+        pass
+    return parts
+
+
 def dumps(obj: Any, reducers: Mapping[type, Any] | tuple[()] = (), reference_mapped: bool = True,
           arguments: Mapping[str, Any] | None = None, arena: Arena | None = None) -> Pickled:
     """Pickle ``obj`` with its storages out of band.
 
     ``reducers`` maps types to a ``__reduce__``-style function, or a list of them tried in turn
-    (adapters' ``overmind_reducers``, merged by ``hooks.reducers()``).
+    (:func:`reducer_table` gives the one an entry is pickled with).
     Each storage's place comes from a :class:`~overmind.shm.placer.Placer`; ``reference_mapped=False`` copies
     every storage even if it already lives in an entry mapping.
     ``arguments`` are the call's bound arguments: an object passed there is recorded as a reference to the

@@ -74,9 +74,9 @@ class Template:
         first = sys.path.pop(0) if sys.path and envkey.has_path0() else None
         try:
             with envkey.EnvRecorder() as recorder:
-                import overmind
+                from .. import activation
 
-                adapters = overmind.activate()
+                adapters = activation.activate()
                 entries = preload.expand(self.preload_spec)
                 done, failed, seconds = preload.import_all(entries)
         finally:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import socket
-import struct
 import sys
 import time
 
@@ -23,11 +22,28 @@ from .wire import FrameReader, Outbox
 
 TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Protocol
 
-    from .daemon import Server
+    from .limits import Limits
+    from .store import Store
+    from .wire import BufferBudget
 
-_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+    class Server(Protocol):
+        """What a connection needs of the server that accepted it (``daemon.Server``)."""
+
+        store: Store
+        limits: Limits
+        buffer_budget: BufferBudget
+        started: float
+        clients: int
+        runtime_dir: str
+        log_file: str
+
+        def request_stop(self, why: str) -> None: ...
+        def client_count(self, delta: int) -> None: ...
+        def start_waiting(self, conn: Connection) -> None: ...
+        def stop_waiting(self, conn: Connection) -> None: ...
+        def waiting_count(self) -> int: ...
 
 
 class BadRequest(StoreError):
@@ -35,12 +51,6 @@ class BadRequest(StoreError):
 
     def __init__(self, message: str) -> None:
         super().__init__("bad request", message)
-
-
-def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
-    """``(pid, uid, gid)`` of the process at the other end, as the kernel saw it when it connected."""
-    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
-    return _PEERCRED.unpack(raw)
 
 
 class Waiting:

@@ -25,9 +25,10 @@ import time
 
 from ..errors import OvermindError
 from ..ipc import runtime
+from ..ipc.peer import peer_credentials
 from ..ipc.protocol import ConnectionClosed, FrameError
 from . import watch
-from .connection import Connection, peer_credentials
+from .connection import Connection
 from .handoff import SpawnerClaim
 from .limits import Limits
 from .log import INFO, WARNING, log

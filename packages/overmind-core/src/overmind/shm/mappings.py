@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, NamedTuple
 from .pagemap import is_pristine
 
 if TYPE_CHECKING:
+    import mmap
+
     from .pagemap import PageSnapshot
-    from .reader import EntryMapping, FileMapping
 
 _lock = threading.Lock()
 _starts: list[int] = []
@@ -35,10 +36,10 @@ class Location(NamedTuple):
     offset: int  # relative to the entry's data region
 
 
-def register(m: EntryMapping | FileMapping) -> None:
-    """Record ``m``'s data region (a file entry's: the whole file, offsets in the file) until its mmap is freed
-    (the storages over it keep the mmap alive, possibly long after the mapping object itself is gone)."""
-    start, end = m.data_address, m.address + len(m.mm)
+def register(entry_id: str, start: int, end: int, mm: mmap.mmap) -> None:
+    """Record that entry ``entry_id``'s data lies at ``[start, end)`` (a file entry's: the whole file, offsets in
+    the file) in ``mm``, until ``mm`` is freed (the storages over it keep it alive, possibly long after the mapping
+    object that made it is gone)."""
     if end <= start:
         # No data (a skeleton-only entry): nothing to locate, and its empty region would start where the next
         # mapping starts, which for a file entry (data at offset 0) is that entry's own key here.
@@ -47,7 +48,7 @@ def register(m: EntryMapping | FileMapping) -> None:
         _drop_dead()
         if start not in _spans:
             bisect.insort(_starts, start)
-        _spans[start] = (end, m.entry_id, weakref.ref(m.mm))
+        _spans[start] = (end, entry_id, weakref.ref(mm))
 
 
 def _drop_dead() -> None:

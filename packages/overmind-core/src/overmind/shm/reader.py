@@ -41,7 +41,7 @@ class EntryMapping:
         self.entry_id = entry_id
         self.mm, self.address, self._view = _map(fd, size)
         self.layout = Layout.unpack(self.mm, size)
-        mappings.register(self)
+        mappings.register(entry_id, self.data_address, self.address + len(self.mm), self.mm)
 
     @property
     def data_address(self) -> int:
@@ -71,7 +71,7 @@ class FileMapping:
         if self.size <= 0:
             raise ValueError(f"file entry {entry_id} is an empty file (truncated since it was published?)")
         self.mm, self.address, self._view = _map(fd, self.size)
-        mappings.register(self)
+        mappings.register(entry_id, self.data_address, self.address + len(self.mm), self.mm)
 
     @property
     def data_address(self) -> int:
