@@ -64,3 +64,117 @@ def test_owns_by_the_loader_owner_class():
     assert adapter.owns(types.SimpleNamespace(owner=Inherits), (Base,))
     assert not adapter.owns(types.SimpleNamespace(owner=int), (Base,))
     assert not adapter.owns(types.SimpleNamespace(owner=None), (Base,))
+
+
+# --- what the core does that an adapter may ask of it -------------------------------------------------------
+
+def test_raise_users_lets_a_signal_handlers_exception_through_and_nothing_else():
+    import signal
+
+    def deadline(signum, frame):
+        raise TimeoutError("the user's deadline")
+
+    previous = signal.signal(signal.SIGALRM, deadline)
+    try:
+        try:
+            signal.raise_signal(signal.SIGALRM)
+        except TimeoutError as e:
+            users = e
+        try:
+            adapter.raise_users(users)
+        except TimeoutError as e:
+            assert e is users
+        else:
+            raise AssertionError("the user's deadline was swallowed")
+        adapter.raise_users(TimeoutError("a socket's own timeout"))  # Overmind's failure: returns
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+
+
+def test_patch_now_installs_a_replacement_kept_in_the_registry_of_originals():
+    def original():
+        return "original"
+
+    module = types.ModuleType("kit_patch_demo")
+    module.convert = original
+    target = adapter.PatchTarget(module, "convert", kind="replace", adapter="demo", replacement=lambda: "ours")
+    assert not adapter.is_patched(module, "convert")
+    assert adapter.patch_now(target) and not adapter.patch_now(target)  # once
+    try:
+        assert module.convert() == "ours" and adapter.is_patched(module, "convert")
+        assert adapter.get_original(module, "convert") is original
+    finally:
+        from overmind.adapters import patching
+
+        patching.restore(target)
+    assert module.convert is original and not adapter.is_patched(module, "convert")
+
+
+def test_fingerprint_changes_with_the_file(tmp_path):
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"a" * 10)
+    before = adapter.fingerprint(str(path))
+    assert adapter.fingerprint(str(path)) == before
+    path.write_bytes(b"b" * 11)
+    assert adapter.fingerprint(str(path)) != before
+    assert adapter.fingerprint(str(tmp_path)) != adapter.fingerprint(str(path))  # a folder lists its files
+
+
+def test_load_memo_lasts_while_a_load_runs():
+    from overmind.loading import scope
+
+    adapter.load_memo("kit-test")["x"] = 1
+    assert adapter.load_memo("kit-test") == {}  # outside a load: kept by no one
+    with scope.scope():
+        adapter.load_memo("kit-test")["x"] = 1
+        with scope.scope():  # a nested load sees it
+            assert adapter.load_memo("kit-test") == {"x": 1}
+        assert adapter.load_memo("kit-test") == {"x": 1}
+    assert adapter.load_memo("kit-test") == {}
+
+
+def test_logger_is_the_named_logger(caplog):
+    with caplog.at_level("INFO", logger="overmind.kit-test"):
+        adapter.logger("overmind.kit-test").info("from an adapter")
+    assert [(r.name, r.getMessage()) for r in caplog.records] == [("overmind.kit-test", "from an adapter")]
+
+
+def test_cache_mappings_and_their_untouched_pages():
+    import os
+
+    import torch
+
+    from overmind.shm.writer import write_entry
+
+    tensor = torch.arange(4096, dtype=torch.float32)
+    assert not adapter.in_cache_mapping(tensor.data_ptr())
+    fd = write_entry(b"skeleton", [(tensor.untyped_storage(), 0)], tensor.nbytes)
+    try:
+        from overmind.shm.reader import EntryMapping
+
+        entry = EntryMapping("kit-test", fd)
+    finally:
+        os.close(fd)
+    storage = entry.storage(0, tensor.nbytes)
+    address = storage.data_ptr()
+    assert adapter.in_cache_mapping(address) and adapter.in_cache_mapping(address + tensor.nbytes - 1)
+    assert adapter.pages_untouched([(address, tensor.nbytes)])
+    torch.tensor([], dtype=torch.float32).set_(storage).add_(1)  # a write makes the page the process's own
+    assert not adapter.pages_untouched([(address, tensor.nbytes)])
+
+
+def test_reduce_script_module_rebuilds_the_module():
+    import torch
+
+    module = torch.jit.script(torch.nn.Linear(3, 2))
+    rebuild, args = adapter.reduce_script_module(module)[:2]
+    copy = rebuild(*args)
+    x = torch.ones(1, 3)
+    assert isinstance(copy, torch.jit.ScriptModule) and torch.equal(copy(x), module(x))
+
+
+def test_pickling_failed_is_the_cores():
+    from overmind.entries import pickling
+
+    assert adapter.PicklingFailed is pickling.PicklingFailed
+    assert issubclass(pickling.ResourceRefused, adapter.PicklingFailed)

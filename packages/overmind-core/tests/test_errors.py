@@ -25,7 +25,7 @@ def core_exceptions() -> dict[str, type]:
 
 def test_every_exception_of_the_core_is_an_overmind_error():
     found = core_exceptions()
-    assert {"overmind.errors.Unkeyable", "overmind.entries.pickling.PicklingFailed", "overmind.adapters.patching.PatchError"} <= set(found)
+    assert {"overmind.errors.Unkeyable", "overmind.errors.PicklingFailed", "overmind.adapters.patching.PatchError"} <= set(found)
     outside = sorted(n for n, cls in found.items() if not issubclass(cls, OvermindError))
     assert not outside, f"not under OvermindError: {outside}"
 

@@ -138,3 +138,24 @@ def test_the_fixture_adapter_needs_nothing_of_overmind_but_the_kit():
                 used.add(node.module or "")
     assert "overmind.adapter" in used
     assert {m for m in used if m.split(".")[0] == "overmind"} == {"overmind.adapter"}, sorted(used)
+
+
+def test_the_adapters_import_only_the_public_kit():
+    """Every adapter (``packages/overmind-*`` but the core) is written against ``overmind``, ``overmind.adapter``
+    and ``overmind.testing`` alone: what it needs of the core is kit API."""
+    packages = Path(__file__).resolve().parents[2]
+    public = {"overmind", "overmind.adapter", "overmind.testing"}
+    used = {}
+    for path in sorted(packages.glob("overmind-*/src/**/*.py")):
+        if path.is_relative_to(packages / "overmind-core"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:  # `from overmind import shm` names a module
+                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names
+                                               if f"{node.module}.{a.name}" in MODULES]
+            for name in names:
+                if name.split(".")[0] == "overmind" and name not in public:
+                    used.setdefault(name, []).append(path.relative_to(packages).as_posix())
+    assert len(list(packages.glob("overmind-*/src"))) > 2
+    assert not used, f"adapters import private modules of the core: {used}"

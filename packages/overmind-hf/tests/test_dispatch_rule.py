@@ -68,7 +68,7 @@ def test_claims_are_asked_only_about_dispatched_results():
 
 
 def test_a_pickling_failure_names_the_adapter():
-    from overmind.entries.pickling import PicklingFailed
+    from overmind.adapter import PicklingFailed
 
     with pytest.raises(NotCacheable, match="adapter diffusers .*cannot pickle what Model.from_pretrained returned"):
         with dispatch.guard("diffusers", torch.nn.Linear(2, 2), LOADER):

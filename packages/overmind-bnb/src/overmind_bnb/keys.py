@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import sys
 
-from overmind._util import interrupts
+from overmind.adapter import raise_users
 
 TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
 if TYPE_CHECKING:
@@ -87,6 +87,6 @@ def key_parts(arguments: dict[str, Any]) -> list[Any] | None:
 
         bnb_version = version("bitsandbytes")
     except Exception as exc:  # not installed: the load itself will fail and say so
-        interrupts.raise_users(exc)
+        raise_users(exc)
         bnb_version = None
     return [("bitsandbytes", bnb_version, "cuda_devices", _cuda_device_count())]

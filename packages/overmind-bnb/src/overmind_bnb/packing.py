@@ -18,7 +18,7 @@ runs another kernel, with other logits. So the cached model keeps the plain mode
   on the root module, so the entry holds both forms;
 - :func:`adopt` (after unpickling): take the marker off and remember, per ``QuantState``, the precomputed
   form together with a fingerprint of every input the conversion reads;
-- the conversion itself is replaced (in ``bitsandbytes.nn.modules``, through ``overmind.adapters.patching`` so
+- the conversion itself is replaced (in ``bitsandbytes.nn.modules``, through the kit's ``patch_now``, so
   ``get_original`` answers) by :func:`convert`, which hands out the precomputed form, applying the same
   attribute changes in the same order, only when the weight and the state are provably what was converted at
   publish time: same tensors at the same addresses with the same dtype, shape, strides and view bits, every
@@ -41,8 +41,16 @@ import sys
 import threading
 import weakref
 
-from overmind._util import interrupts
-from overmind._util.lazy_logger import logger
+from overmind.adapter import (
+    PatchTarget,
+    get_original,
+    in_cache_mapping,
+    is_patched,
+    logger,
+    pages_untouched,
+    patch_now,
+    raise_users,
+)
 
 TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
 if TYPE_CHECKING:
@@ -87,10 +95,8 @@ def _modules_namespace() -> Any:
 
 
 def _original() -> Callable | None:
-    from overmind.adapters import patching
-
     namespace = _modules_namespace()
-    return None if namespace is None else patching.get_original(namespace, FUNCTION)
+    return None if namespace is None else get_original(namespace, FUNCTION)
 
 
 def _will_repack(module: Any) -> bool:
@@ -122,7 +128,7 @@ def _precompute(param: Any, original: Callable) -> tuple | None:
         with torch.no_grad():
             packed, out = original(param.data, twin)
     except Exception as e:  # the plain model's forward raises the same; the cached one will run the same call
-        interrupts.raise_users(e)
+        raise_users(e)
         log.debug("overmind-bnb: not precomputing the CPU packing of a %s weight: %s", tuple(param.shape), e)
         return None
     if out is not twin:
@@ -171,15 +177,13 @@ class _Unprovable(Exception):
 def _tensor_print(t: torch.Tensor, ranges: list, keep: list | None) -> tuple:
     import torch
 
-    from overmind.shm import mappings
-
     storage = t.untyped_storage()
     if t.device.type != "cpu" or t.layout is not torch.strided:
         raise _Unprovable("not a strided CPU tensor")
     if t.numel():
         start = storage.data_ptr() + t.storage_offset() * t.element_size()
         nbytes = storage.nbytes() - t.storage_offset() * t.element_size()
-        if not mappings.contains(start):
+        if not in_cache_mapping(start):
             raise _Unprovable("a tensor outside the entry mappings")
         ranges.append((start, nbytes))
     if keep is not None:
@@ -228,8 +232,6 @@ def adopt(root: Any) -> int:
     forms = root.__dict__.pop(MARKER, None)
     if not forms:
         return 0
-    from overmind.shm import pagemap
-
     adopted = 0
     for param, packed, changes, deleted in forms:
         quant_state = param.quant_state
@@ -239,12 +241,12 @@ def adopt(root: Any) -> int:
         except _Unprovable as e:
             log.debug("overmind-bnb: the CPU packing of a cached weight is not used: %s", e)
             continue
-        if not pagemap.all_pristine(ranges):
+        if not pages_untouched(ranges):
             continue
         key = id(quant_state)
         with _lock:
             # A C callback (dict.pop, the weak reference as its ignored default): no Python code of Overmind's runs
-            # when the user's object dies, where a signal handler's exception would be lost (overmind._util.interrupts).
+            # when the user's object dies, where a signal handler's exception would be lost (see ``raise_users``).
             _prepared[key] = _Prepared(weakref.ref(quant_state, functools.partial(_prepared.pop, key)), fingerprint,
                                        keep, packed, changes, deleted)
         adopted += 1
@@ -272,13 +274,11 @@ def _pending(param: Any) -> tuple | None:
 
 
 def _still_valid(rec: _Prepared, qweight: Any, quant_state: Any) -> bool:
-    from overmind.shm import pagemap
-
     try:
         fingerprint, ranges = _fingerprint(qweight, quant_state)
     except _Unprovable:
         return False
-    return fingerprint == rec.fingerprint and pagemap.all_pristine(ranges)
+    return fingerprint == rec.fingerprint and pages_untouched(ranges)
 
 
 def _take(qweight: Any, quant_state: Any) -> _Prepared | None:
@@ -299,7 +299,7 @@ def convert(qweight: torch.Tensor, quant_state: Any, *args: Any, **kwargs: Any) 
         try:
             rec = _take(qweight, quant_state)
         except Exception as e:  # never break the user's forward: bitsandbytes' own function runs
-            interrupts.raise_users(e)
+            raise_users(e)
             log.debug("overmind-bnb: CPU packing lookup failed: %s", e)
     if rec is None:
         return original(qweight, quant_state, *args, **kwargs)
@@ -312,14 +312,12 @@ def convert(qweight: torch.Tensor, quant_state: Any, *args: Any, **kwargs: Any) 
 
 def _install() -> None:
     """Put :func:`convert` where ``Linear4bit.forward`` finds the conversion (idempotent)."""
-    from overmind.adapters import patching
-
     namespace = _modules_namespace()
-    if namespace is None or patching.is_patched(namespace, FUNCTION):
+    if namespace is None or is_patched(namespace, FUNCTION):
         return
 
-    @functools.wraps(patching.get_original(namespace, FUNCTION))
+    @functools.wraps(get_original(namespace, FUNCTION))
     def wrapper(qweight: torch.Tensor, quant_state: Any, *args: Any, **kwargs: Any) -> Any:
         return convert(qweight, quant_state, *args, **kwargs)
 
-    patching.apply(patching.PatchTarget(namespace, FUNCTION, kind="replace", adapter="bnb", replacement=wrapper))
+    patch_now(PatchTarget(namespace, FUNCTION, kind="replace", adapter="bnb", replacement=wrapper))

@@ -9,7 +9,16 @@ An adapter is a module of ``overmind_*`` hooks registered under the entry-point 
   whether a :class:`overmind.keys.key.Loader` is one of them;
 - :func:`label` and :func:`warn`: warnings that name the adapter, its version, the library and its version;
 - :class:`Uncacheable` (raise it from a key hook to leave one call uncached) and :class:`NotCacheable` (raise
-  it while a result is readied for pickling: the message says why and what to do).
+  it while a result is readied for pickling: the message says why and what to do); :class:`PicklingFailed`, what
+  the core raises for a result neither pickle nor dill can pickle;
+- :func:`raise_users`: in an ``except`` that swallows errors, let the user's interrupt through (a signal
+  handler's exception, Ctrl-C);
+- :func:`patch_now`, :func:`is_patched`, :func:`get_original`: a replacement an adapter installs while it runs,
+  and the registry of the originals every patch keeps;
+- :func:`fingerprint` (a file or folder as keys describe it), :func:`load_memo` (work a reducer reuses within one
+  load), :func:`logger` (a logger that imports :mod:`logging` when it first logs);
+- :func:`in_cache_mapping` and :func:`pages_untouched`: whether memory lies in a cache entry this process maps,
+  and whether its pages are still as mapped; :func:`reduce_script_module`, the core's reduce of TorchScript.
 
 Example (``overmind_mylib/plugin.py``)::
 
@@ -29,10 +38,12 @@ import sys
 from functools import cache
 
 from ._util import interrupts
+from ._util.interrupts import raise_users
 from ._util.lazy_logger import logger
+from .adapters import patching
 from .adapters.hookspecs import hookimpl
-from .adapters.patching import PatchTarget
-from .errors import OvermindError
+from .adapters.patching import PatchTarget, get_original, is_patched
+from .errors import OvermindError, PicklingFailed
 from .errors import Unkeyable as Uncacheable  # key.Unkeyable: importing key costs activation its hashing
 
 TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
@@ -42,7 +53,8 @@ if TYPE_CHECKING:
 __all__ = ["hookimpl", "PatchTarget", "Spec", "resolve", "resolve_roots", "collect", "waiting_modules", "owns",
            "label", "warn",
            "version_of", "dist_of", "Uncacheable", "uncacheable", "NotCacheable", "NotCachedByDesign",
-           "meta_intended"]
+           "meta_intended", "PicklingFailed", "raise_users", "patch_now", "is_patched", "get_original",
+           "fingerprint", "load_memo", "logger", "in_cache_mapping", "pages_untouched", "reduce_script_module"]
 
 
 # --- what an adapter says when it cannot do its job ------------------------------------------------------
@@ -109,6 +121,57 @@ def warn(message: str, stacklevel: int = 3) -> None:
     from . import fallback
 
     fallback.step_aside(message, stacklevel=stacklevel + 1)
+
+
+# --- what the core does that an adapter may ask of it ------------------------------------------------------
+
+def patch_now(target: PatchTarget) -> bool:
+    """Install ``target``, a ``kind="replace"`` patch, at once: for a replacement an adapter decides on while it
+    runs (a conversion it takes over the first time it is met) rather than one it lists in
+    ``overmind_patch_targets``. The original is kept in the one registry (:func:`get_original`); returns False
+    where ``target`` is patched already."""
+    return patching.apply(target)
+
+
+def fingerprint(path: str) -> tuple:
+    """What a key holds of the file or folder ``path``: size, mtime, ctime, inode and device of each file (a
+    folder's files in order); a change of any of them makes another key. Raises :class:`Uncacheable` for a folder
+    of more files than a key describes."""
+    from .keys.fingerprint import fingerprint as _fingerprint  # at call time: activate() imports the kit
+
+    return _fingerprint(path)
+
+
+def load_memo(name: str) -> dict:
+    """The memo called ``name`` while a load runs in this process (its nested loads included), emptied when the
+    last load returns; outside a load, a new empty dict each time. A reducer keeps work there that another reduce
+    in the same load may reuse, after checking itself that it fits: the memo decides nothing about keys."""
+    from .loading import scope
+
+    return scope.memo(name)
+
+
+def in_cache_mapping(address: int) -> bool:
+    """Whether ``address`` lies in a cache entry (or a checkpoint file) this process maps for a hit."""
+    from .shm import mappings
+
+    return mappings.contains(address)
+
+
+def pages_untouched(ranges: list[tuple[int, int]]) -> bool:
+    """Whether every ``(address, nbytes)`` range of a cache mapping still holds the bytes it was mapped with: no
+    page of it written since (``/proc/self/pagemap``); False where that cannot be told."""
+    from .shm import pagemap
+
+    return pagemap.all_pristine(ranges)
+
+
+def reduce_script_module(module: Any) -> tuple:
+    """The core's reduce of a TorchScript module, ``(rebuild, args)``: its archive as one storage, rebuilt
+    without a copy. For an adapter whose objects hold TorchScript modules the pickler does not meet as such."""
+    from .entries import torchscript
+
+    return torchscript.reduce_script_module(module)
 
 
 # --- loaders named by spec -------------------------------------------------------------------------------

@@ -3,10 +3,10 @@
 Every exception Overmind raises on purpose derives from :class:`OvermindError` (``except OvermindError``
 catches them all); one that also means a builtin category keeps it as a second base (``PatchError`` is a
 ``RuntimeError`` too). ``Unkeyable`` lives here because the key's walk (canon), the file fingerprints and
-the hooks all raise or catch it. The others live beside what raises them: ``PicklingFailed`` (pickling),
-``PatchError`` (patching), ``AdapterError`` (adapters), ``CacheBypassed`` (fallback), ``LayoutError``
-(shm.layout), ``ArgumentMismatch`` (arguments_ref), ``ExtensionUnavailable`` (zerocopy), ``StoreError`` and
-``NotSealed`` (server).
+the hooks all raise or catch it; ``PicklingFailed`` because the adapters catch it too (the kit hands it on). The
+others live beside what raises them: ``PatchError`` (adapters.patching), ``AdapterError`` (adapters.discovery),
+``CacheBypassed`` (fallback), ``LayoutError`` (shm.layout), ``ArgumentMismatch`` (entries.arguments_ref),
+``ExtensionUnavailable`` (native.zerocopy), ``StoreError`` and ``NotSealed`` (server).
 
 Every message says what happened, why, and what to do, because these reach the user's terminal through
 ``overmind.load`` warnings and the ``overmind`` command.
@@ -44,3 +44,16 @@ class RuntimeDirError(OvermindError):
 
 class Unkeyable(OvermindError):
     """An argument (or the loader) cannot be turned into a stable key; the message says which and why."""
+
+
+class PicklingFailed(OvermindError):
+    """Neither pickle nor dill could pickle the result; the message names the object and both errors."""
+
+    has_fix = True  # the message says what to do (a reducer); the fallback adds no advice of its own
+
+    def __init__(self, obj: object, dill_error: Exception, pickle_error: Exception):
+        super().__init__(
+            f"cannot pickle {type(obj).__module__}.{type(obj).__qualname__}: pickle said "
+            f"{type(pickle_error).__name__}: {pickle_error}; dill said {type(dill_error).__name__}: {dill_error}. "
+            f"An adapter can add a reducer for the offending type (hook overmind_reducers)."
+        )

@@ -27,13 +27,13 @@ import importlib
 import sys
 from types import ModuleType
 
-from overmind._util import interrupts
 from overmind.adapter import (
     Uncacheable,
     collect,
     hookimpl,
     label,
     owns,
+    raise_users,
     resolve_roots,
     uncacheable,
     waiting_modules,
@@ -102,7 +102,7 @@ class HubAdapter:
         except Uncacheable:
             raise
         except Exception as e:  # never guess a key: an adapter that cannot read the call leaves it uncached
-            interrupts.raise_users(e)
+            raise_users(e)
             warn(f"overmind: {label(adapter)} could not read the arguments of {loader.name} ({type(e).__name__}: "
                  f"{e}); loaded without the cache. Please report this with your {adapter} version.")
             raise uncacheable(f"{adapter} adapter could not read the arguments: {e}") from e

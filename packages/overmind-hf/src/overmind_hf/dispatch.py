@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-from overmind.adapter import NotCacheable, NotCachedByDesign, label, meta_intended
+from overmind.adapter import NotCacheable, NotCachedByDesign, PicklingFailed, label, meta_intended
 
 TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
 if TYPE_CHECKING:
@@ -82,8 +82,6 @@ def guard(adapter: str, result: Any, loader: Any) -> Iterator[None]:
     try:
         yield
     except Exception as e:
-        from overmind.entries.pickling import PicklingFailed
-
         if isinstance(e, PicklingFailed) and not isinstance(e, NotCacheable):
             raise NotCacheable(f"{label(adapter)}: cannot pickle what {loader.name} returned: {e}") from e
         raise

@@ -20,7 +20,7 @@ import sys
 import threading
 from typing import Any, Iterable
 
-from overmind._util import interrupts
+from overmind.adapter import raise_users
 
 PREFIXES = ("transformers_modules", "diffusers_modules")
 _MAX_WALK = 200_000  # objects visited when looking for classes; a pipeline of SD size is ~20k
@@ -113,7 +113,7 @@ def record(result: Any, prefixes: Iterable[str] = PREFIXES) -> list[dict[str, An
                 with open(rec["file"], encoding="utf-8") as f:
                     rec["source"] = f.read()
             except OSError as exc:
-                interrupts.raise_users(exc)
+                raise_users(exc)
                 continue  # gone from disk: it cannot be recorded, and the entry will fail to rebuild loudly
         elif package and rec["file"] is None and path:
             rec["file"] = os.path.join(path[0], "__init__.py")

@@ -22,8 +22,7 @@ from __future__ import annotations
 import os
 import re
 
-from overmind._util import interrupts
-from overmind.keys.fingerprint import fingerprint
+from overmind.adapter import fingerprint, raise_users
 
 TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
 if TYPE_CHECKING:
@@ -67,12 +66,12 @@ def revision_part(repo_id: str, arguments: dict[str, Any], repo_type: str = "mod
         try:
             commit = _resolve(repo_id, repo_type, revision, cache_dir, local, token)
         except Exception as exc:
-            interrupts.raise_users(exc)
+            raise_users(exc)
             if local:
                 raise
             commit = _resolve(repo_id, repo_type, revision, cache_dir, True, token)
     except Exception as e:  # huggingface_hub raises a different error for each way of failing; all mean "unknown"
-        interrupts.raise_users(e)
+        raise_users(e)
         return ("hub", repo_type, repo_id, "unresolved", None if revision is None else str(revision), type(e).__name__)
     return ("hub", repo_type, repo_id, commit, snapshot_files(repo_id, repo_type, commit, cache_dir))
 

@@ -53,8 +53,8 @@ def attach_script_module_clear_hook(script_module: Any, attr_name: str = ATTRIBU
     # The handle is what the Python module object holds as ``_c``; when it goes, the hooks go, and their
     # __del__ clears the class type registrations exactly as stable-fast's attribute would have. The callback is
     # C (dict.pop, the weak reference as its ignored default), not weakref.finalize's Python: no code of
-    # Overmind's runs when the module dies, where a signal handler's exception would be lost
-    # (overmind._util.interrupts).
+    # Overmind's runs when the module dies, where a signal handler's exception would be lost (see the kit's
+    # raise_users).
     ref = weakref.ref(script_module, functools.partial(_held.pop, key))
     with _lock:
         _held[key] = (ref, hooks)
@@ -74,10 +74,10 @@ def carries_hook_attribute(module: Any) -> bool:
 
 
 def patch_targets() -> list:
-    """The replacement, as ``overmind.adapters.patching.PatchTarget(kind="replace")``."""
+    """The replacement, as ``overmind.adapter.PatchTarget(kind="replace")``."""
     from sfast.jit import utils
 
-    from overmind.adapters.patching import PatchTarget
+    from overmind.adapter import PatchTarget
 
     return [PatchTarget(utils, "attach_script_module_clear_hook", kind="replace",
                         replacement=attach_script_module_clear_hook)]

@@ -148,10 +148,10 @@ def _resolve_or_explain(path: str) -> type:
 
 
 def patch_targets() -> list:
-    """The replacement as ``overmind.adapters.patching.PatchTarget(kind="replace")``: applied by activate(),
+    """The replacement as ``overmind.adapter.PatchTarget(kind="replace")``: applied by activate(),
     restored to the identical original by deactivate(). Unflattening is never patched: see the module doc."""
     from sfast.utils import flat_tensors
 
-    from overmind.adapters.patching import PatchTarget
+    from overmind.adapter import PatchTarget
 
     return [PatchTarget(flat_tensors, "flatten_dataclass", kind="replace", replacement=flatten_dataclass)]

@@ -1,7 +1,7 @@
 """The reducer table overmind-sfast gives the core pickler (hook ``overmind_reducers``).
 
 The traced modules themselves are TorchScript and go through the core's TorchScript reducer
-(``overmind.entries.torchscript``). This table adds everything stable-fast wraps around them (see
+(``overmind.adapter.reduce_script_module``). This table adds everything stable-fast wraps around them (see
 :mod:`overmind_sfast.closures`) and ``TracedPosArgOnlyModuleWrapper``, the call helper around each traced
 module: it is checked when pickled, so that a module that cannot come back fails now, in the process
 that built it, with a message saying why; stored as an archive plus weights stored once with the eager

@@ -58,14 +58,14 @@ def split(module: Any) -> tuple[Callable[..., Any], tuple, list[tuple[str, Any]]
     (the copy shares its graphs and tensors; only the copy's attribute slots are emptied)."""
     import torch
 
-    from overmind.entries import torchscript
+    from overmind.adapter import reduce_script_module
 
     weights = tensor_attributes(module._c)
     copy = torch.jit._recursive.wrap_cpp_module(_replica(module._c))
     for path, tensor in weights:
         owner, name = _owner(copy._c, path)
         owner.setattr(name, torch.empty(0, dtype=tensor.dtype, device=tensor.device))
-    fn, args = torchscript.reducers()[torch.jit.ScriptModule](copy)[:2]
+    fn, args = reduce_script_module(copy)[:2]
     return fn, args, weights
 
 

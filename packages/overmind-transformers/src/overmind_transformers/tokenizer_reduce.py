@@ -36,12 +36,12 @@ def _split_backend_once(backend: Any, shared_merges: Any) -> tuple:
     A pipeline's tokenizer is reduced for its own entry and again inside the pipeline's; the split is a function
     of the text and of ``shared_merges`` alone, so an equal text and an equal ``_merges`` (of the same type) give
     the same parts, except that a split holding the first tokenizer's own ``_merges`` list must hold this one's.
-    The memo lasts until no load runs (``overmind.loading.scope``); the parts are only read, by the pickler.
+    The memo lasts until no load runs (``overmind.adapter.load_memo``); the parts are only read, by the pickler.
     """
-    from overmind.loading import scope
+    from overmind.adapter import load_memo
 
     text = backend.to_str()
-    memo = scope.memo("overmind_transformers.tokenizer_split")
+    memo = load_memo("overmind_transformers.tokenizer_split")
     last = memo.get("last")
     if last is not None and last[0] == text and type(last[1]) is type(shared_merges) and last[1] == shared_merges:
         parts = last[2]

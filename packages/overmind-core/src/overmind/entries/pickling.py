@@ -38,7 +38,7 @@ import dill
 import torch
 
 from .._util import interrupts
-from ..errors import OvermindError
+from ..errors import PicklingFailed
 from ..keys import local_classes
 from ..native import tensors, zerocopy
 from ..native.tensors import UntypedStorageArg
@@ -343,19 +343,6 @@ def _argument_memo(skeleton: bytes, containers: list, index: arguments_ref.Argum
             index.used.add(path)  # type: ignore[arg-type]  # every container here was indexed, so has a path
         out.append([list(path), arguments_ref.type_name(c), used])  # type: ignore[arg-type]
     return out
-
-
-class PicklingFailed(OvermindError):
-    """Neither pickle nor dill could pickle the result; the message names the object and both errors."""
-
-    has_fix = True  # the message says what to do (a reducer); the fallback adds no advice of its own
-
-    def __init__(self, obj: Any, dill_error: Exception, pickle_error: Exception):
-        super().__init__(
-            f"cannot pickle {type(obj).__module__}.{type(obj).__qualname__}: pickle said "
-            f"{type(pickle_error).__name__}: {pickle_error}; dill said {type(dill_error).__name__}: {dill_error}. "
-            f"An adapter can add a reducer for the offending type (hook overmind_reducers)."
-        )
 
 
 class _Refused(Exception):
