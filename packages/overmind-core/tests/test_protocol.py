@@ -162,3 +162,23 @@ def test_inconsistent_follow_up_frame_is_refused(pair):
     send_message(a, {"op": "not a follow-up"})
     with pytest.raises(FrameError, match="follow-up"):
         recv_message(b)
+
+
+def test_the_servers_outbox_frames_as_send_message_does(pair):
+    """One codec: the server's non-blocking outbox queues the very frames ``send_message`` sends, and what either
+    sends, ``recv_message`` reads (as ``overmind run`` and its templates do too)."""
+    from overmind.ipc.protocol import frames
+    from overmind.server.wire import Outbox
+
+    a, b = pair
+    memfds = [os.memfd_create(f"f{i}") for i in range(MAX_FDS_PER_FRAME + 3)]
+    try:
+        outbox = Outbox()
+        outbox.put({"op": "hit", "n": 1}, [os.dup(fd) for fd in memfds])  # the outbox owns (and closes) these
+        assert [seg[0] for seg in outbox._segments] == [data for data, _ in frames({"op": "hit", "n": 1}, memfds)]
+        assert outbox.flush(a)
+        got, fds = recv_message(b)
+        assert got == {"op": "hit", "n": 1} and len(fds) == len(memfds)
+        close_fds(fds)
+    finally:
+        close_fds(memfds)

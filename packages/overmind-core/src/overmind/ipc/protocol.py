@@ -1,10 +1,14 @@
-"""Wire framing shared by the client and the server (see docs/architecture.md, "Wire protocol").
+"""The one frame codec: how the processes of one user talk over a Unix socket (the cache server and its
+clients, ``overmind run`` and its templates). See docs/architecture.md, "Wire protocol".
 
 A frame is a 4-byte big-endian length followed by that many bytes of UTF-8 JSON (an object). File
 descriptors ride on the frame's first byte as SCM_RIGHTS ancillary data, at most ``MAX_FDS_PER_FRAME`` per
-frame. A message with more fds than that carries ``"more_fds": n`` (the number still to come) in its own
-object and is followed by frames ``{"more_fds": k}``, each carrying ``k`` further fds. ``send_message`` and
-``recv_message`` hide the batching; ``more_fds`` is therefore a reserved key.
+frame, so they arrive with the header or not at all. A message with more fds than that carries ``"more_fds": n``
+(the number still to come) in its own object and is followed by frames ``{"more_fds": k}``, each carrying ``k``
+further fds; ``more_fds`` is therefore a reserved key.
+
+:func:`send_message` and :func:`recv_message` do it on a blocking socket; the server's non-blocking reader and
+outbox (``server/wire.py``) build on :func:`frames`, :func:`fds_received` and :func:`parse_payload`.
 
 >>> send_message(sock, {"op": "publish", "key": k}, fds=[memfd])
 >>> reply, fds = recv_message(sock)
@@ -36,10 +40,11 @@ MAX_FDS_PER_FRAME = 250
 # confused or hostile peer: refuse it rather than allocate it.
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 
-_HEADER = struct.Struct(">I")
+HEADER = struct.Struct(">I")  # a frame's length
 _FD_SIZE = array.array("i").itemsize
+ANCILLARY_BYTES = socket.CMSG_SPACE(MAX_FDS_PER_FRAME * _FD_SIZE)  # room for one frame's fds
 # Received fds are close-on-exec so a loader that spawns subprocesses does not leak them.
-_RECV_FLAGS = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
+RECV_FLAGS = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
 
 
 # ---- file entries ----------------------------------------------------------------------------------------
@@ -76,23 +81,66 @@ class FrameError(OvermindError, ValueError):
     """The peer sent bytes that are not a valid frame (bad length, bad JSON, lost fds)."""
 
 
-def send_message(sock: socket.socket, obj: dict[str, Any], fds: Iterable[int] = ()) -> None:
-    """Send ``obj`` as one message, with ``fds`` attached (any number; batched by 250).
-
-    The fds stay open in the sender; the receiver gets its own duplicates.
-    """
+def frames(obj: dict[str, Any], fds: Iterable[int] = ()) -> list[tuple[bytes, list[int]]]:
+    """``obj`` with ``fds`` as the frames that carry them: ``(bytes, the fds riding on its first byte)`` each, the
+    fds batched by ``MAX_FDS_PER_FRAME``. Raises ``FrameError`` for a message over the frame limit."""
     fds = list(fds)
     first, rest = fds[:MAX_FDS_PER_FRAME], fds[MAX_FDS_PER_FRAME:]
     if rest:
         obj = dict(obj, more_fds=len(rest))
-    _send_frame(sock, obj, first)
+    out = [(_frame(obj), first)]
     while rest:
         batch, rest = rest[:MAX_FDS_PER_FRAME], rest[MAX_FDS_PER_FRAME:]
-        _send_frame(sock, {"more_fds": len(batch)}, batch)
+        out.append((_frame({"more_fds": len(batch)}), batch))
+    return out
+
+
+def fds_received(ancdata: list[tuple[int, int, bytes]], flags: int) -> list[int]:
+    """The fds of one ``recvmsg``'s ancillary data (``ancdata``, ``flags``: what it returned). Raises
+    ``FrameError``, the fds closed, where the kernel had to drop some (the control data was truncated)."""
+    fds: list[int] = []
+    for level, kind, cdata in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            usable = len(cdata) - len(cdata) % _FD_SIZE
+            fds.extend(array.array("i", cdata[:usable]))
+    if flags & socket.MSG_CTRUNC:
+        close_fds(fds)
+        raise FrameError(
+            "file descriptors were lost in transit (control data truncated); the receiving process may be at its "
+            "open-file limit (ulimit -n)"
+        )
+    return fds
+
+
+def parse_payload(payload: bytes) -> dict[str, Any]:
+    """The JSON object a frame's payload holds; ``FrameError`` for anything else."""
+    try:
+        obj = json.loads(payload.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise FrameError(f"peer sent a frame that is not UTF-8 JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise FrameError(f"peer sent a JSON {type(obj).__name__}, expected an object")
+    return obj
+
+
+def send_message(sock: socket.socket, obj: dict[str, Any], fds: Iterable[int] = ()) -> None:
+    """Send ``obj`` as one message on a blocking socket, with ``fds`` attached (any number; batched by 250).
+
+    The fds stay open in the sender; the receiver gets its own duplicates.
+    """
+    for data, batch in frames(obj, fds):
+        if batch:
+            # The fds ride on the first byte only, so the receiver can read exactly that byte with recvmsg and
+            # never pull in ancillary data belonging to a later frame.
+            if socket.send_fds(sock, [data[:1]], batch) != 1:
+                raise ConnectionClosed("the peer did not accept the first byte of a frame")
+            data = data[1:]
+        sock.sendall(data)
 
 
 def recv_message(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
-    """Receive one message: ``(obj, fds)``. The caller owns the returned fds and must close them.
+    """Receive one message from a blocking socket: ``(obj, fds)``. The caller owns the returned fds and must
+    close them.
 
     Raises ``ConnectionClosed`` if the peer disconnects, ``FrameError`` if it sends garbage (any fds that
     arrived with the bad message are closed first).
@@ -127,35 +175,30 @@ def close_fds(fds: Iterable[int]) -> None:
             interrupts.raise_users(exc)
 
 
-def _send_frame(sock: socket.socket, obj: dict[str, Any], fds: list[int]) -> None:
+def is_open(fd: int) -> bool:
+    """Whether ``fd`` names an open descriptor in this process."""
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+
+
+def _frame(obj: dict[str, Any]) -> bytes:
     payload = json.dumps(obj, separators=(",", ":")).encode("utf-8")
     if len(payload) > MAX_FRAME_BYTES:
         raise FrameError(f"message of {len(payload)} bytes exceeds the {MAX_FRAME_BYTES}-byte frame limit")
-    data = _HEADER.pack(len(payload)) + payload
-    if fds:
-        # The fds ride on the first byte only, so the receiver can read exactly that byte with recvmsg and
-        # never pull in ancillary data belonging to a later frame.
-        sent = socket.send_fds(sock, [data[:1]], fds)
-        if sent != 1:
-            raise ConnectionClosed("the peer did not accept the first byte of a frame")
-        data = data[1:]
-    sock.sendall(data)
+    return HEADER.pack(len(payload)) + payload
 
 
 def _recv_frame(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
     first, fds = _recv_first_byte(sock)
     try:
-        header = first + _recv_exactly(sock, _HEADER.size - 1)
-        (length,) = _HEADER.unpack(header)
+        header = first + _recv_exactly(sock, HEADER.size - 1)
+        (length,) = HEADER.unpack(header)
         if length > MAX_FRAME_BYTES:
             raise FrameError(f"peer announced a {length}-byte frame; the limit is {MAX_FRAME_BYTES}")
-        payload = _recv_exactly(sock, length)
-        try:
-            obj = json.loads(payload.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise FrameError(f"peer sent a frame that is not UTF-8 JSON: {exc}") from None
-        if not isinstance(obj, dict):
-            raise FrameError(f"peer sent a JSON {type(obj).__name__}, expected an object")
+        obj = parse_payload(_recv_exactly(sock, length))
     except BaseException:
         close_fds(fds)
         raise
@@ -163,22 +206,11 @@ def _recv_frame(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
 
 
 def _recv_first_byte(sock: socket.socket) -> tuple[bytes, list[int]]:
-    ancbufsize = socket.CMSG_SPACE(MAX_FDS_PER_FRAME * _FD_SIZE)
     try:
-        data, ancdata, flags, _addr = sock.recvmsg(1, ancbufsize, _RECV_FLAGS)
+        data, ancdata, flags, _addr = sock.recvmsg(1, ANCILLARY_BYTES, RECV_FLAGS)
     except ConnectionResetError:
         raise ConnectionClosed("the peer reset the connection") from None
-    fds: list[int] = []
-    for level, kind, cdata in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            usable = len(cdata) - len(cdata) % _FD_SIZE
-            fds.extend(array.array("i", cdata[:usable]))
-    if flags & socket.MSG_CTRUNC:
-        close_fds(fds)
-        raise FrameError(
-            "file descriptors were lost in transit (control data truncated); the process may be at its "
-            "open-file limit (ulimit -n)"
-        )
+    fds = fds_received(ancdata, flags)
     if not data:
         close_fds(fds)
         raise ConnectionClosed("the peer closed the connection")

@@ -3,7 +3,8 @@
 A per-user *template* process (one per interpreter, installed packages, preload list and import-time
 environment) imports the heavy libraries once and calls ``overmind.activate()``; each ``overmind run``
 asks it to fork, and the child becomes the caller's process (descriptors, cwd, environment, limits,
-signals, argv) before it runs the caller's program. See docs/run.md.
+signals, argv) before it runs the caller's program. ``run`` and a template talk in the frames of
+:mod:`overmind.ipc.protocol`. See docs/run.md.
 
 One job per module:
 
@@ -13,8 +14,7 @@ One job per module:
 * :mod:`.envkey`: which template may serve which program (the key, the environment its imports read).
 * :mod:`.preload`: the preload list (default, ``pyproject.toml``, ``OVERMIND_PRELOAD``).
 * :mod:`.registry`: the templates' files in the runtime directory; finding, starting, stopping them.
-* :mod:`.wire`: the messages, with file descriptors, between ``run`` and a template.
 * :mod:`.threads`: OpenBLAS's threads (none in the template, the usual count in each child).
 * :mod:`.sources`: whether the code the template imported is still the code on disk (inotify).
-* :mod:`.commands`: what ``overmind`` (cli/main.py) adds for templates.
+* :mod:`.commands`: what the ``overmind`` command (:mod:`overmind.cli.main`) adds for templates.
 """

@@ -35,7 +35,7 @@ _UNTOUCHABLE = {signal.SIGKILL, signal.SIGSTOP}
 
 def run_job(job) -> None:
     """Everything the child does; never returns."""
-    from . import wire
+    from ..ipc import protocol
 
     conn = job.conn
     try:
@@ -46,12 +46,12 @@ def run_job(job) -> None:
         conn = _above(conn, _targets(job.request["fds"]))
         program = become(job.request, job.fds)
         pidfd = os.pidfd_open(os.getpid())
-        wire.send(conn, {"started": os.getpid()}, [pidfd])
+        protocol.send_message(conn, {"started": os.getpid()}, [pidfd])
         os.close(pidfd)
         conn.close()
     except BaseException as exc:
         try:
-            wire.send(conn, {"failed": f"{type(exc).__name__}: {exc}"})
+            protocol.send_message(conn, {"failed": f"{type(exc).__name__}: {exc}"})
         except BaseException:
             pass
         os._exit(70)
@@ -121,7 +121,7 @@ def _place_descriptors(names: list[str], fds: list[int]) -> None:
     descriptors onto their numbers, and chdir to its cwd."""
     import fcntl
 
-    from . import wire
+    from ..ipc import protocol
 
     targets = _targets(names)
     floor = max(targets) + 1
@@ -131,7 +131,7 @@ def _place_descriptors(names: list[str], fds: list[int]) -> None:
         os.close(fd)
     received = dict(zip(names, moved))
     for name in names:
-        if name.startswith("fd:") and wire.is_open(int(name[3:])):
+        if name.startswith("fd:") and protocol.is_open(int(name[3:])):
             raise RuntimeError(f"the template holds descriptor {name[3:]}, which the program inherits from the "
                                f"caller")
     for target, name in enumerate(("stdin", "stdout", "stderr")):

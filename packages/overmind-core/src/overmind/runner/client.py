@@ -108,7 +108,8 @@ class Stale(Fallback):
 
 
 def _start(program: dict, inherited: dict, runtime_dir: str | None):
-    from . import envkey, preload, registry, wire
+    from ..ipc import protocol
+    from . import envkey, preload, registry
 
     if sys.flags.inspect or sys.flags.interactive:
         raise Fallback("")
@@ -140,13 +141,13 @@ def _start(program: dict, inherited: dict, runtime_dir: str | None):
     names, fds = [], []
     try:
         for fd, name in enumerate(("stdin", "stdout", "stderr")):
-            if wire.is_open(fd):
+            if protocol.is_open(fd):
                 names.append(name)
                 fds.append(fd)
         for fd in inherited_descriptors():
             names.append(f"fd:{fd}")
             fds.append(fd)
-        if len(fds) >= wire.MAX_FDS:
+        if len(fds) >= protocol.MAX_FDS_PER_FRAME:
             raise Fallback(f"the program inherits {len(fds)} open descriptors, more than one request can pass")
         cwd_fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         names.append("cwd")
@@ -155,12 +156,12 @@ def _start(program: dict, inherited: dict, runtime_dir: str | None):
             # From here the program may run before this process relays: hold what relay_until_end forwards. (Not
             # earlier: a template this process starts would inherit the mask.)
             hold_signals()
-            wire.send(conn, request(program, first, inherited, names), fds)
+            protocol.send_message(conn, request(program, first, inherited, names), fds)
         finally:
             os.close(cwd_fd)
         conn.settimeout(None)  # the child may take its time to start on a busy machine
-        message, got = wire.receive(conn)
-    except (OSError, ValueError, wire.Closed) as exc:
+        message, got = protocol.recv_message(conn)
+    except (OSError, ValueError, protocol.ConnectionClosed) as exc:
         conn.close()
         raise Fallback(f"the template {info.get('pid')} did not start the program ({exc})") from None
     if "started" not in message or not got:
@@ -246,7 +247,7 @@ def relay(conn, pidfd: int, pid: int) -> None:
 def relay_until_end(conn, pidfd: int, pid: int) -> int | None:
     """Forward signals to the child until the template reports its end; its wait status, or None (after a
     warning, once the child ended) when the template died first and took the status with it."""
-    from . import wire
+    from ..ipc import protocol
 
     continued = []
 
@@ -274,11 +275,11 @@ def relay_until_end(conn, pidfd: int, pid: int) -> int | None:
     signal.signal(signal.SIGTSTP, stop)
     release_signals()  # what arrived since the program started is forwarded now
     try:
-        message, fds = wire.receive(conn)
+        message, fds = protocol.recv_message(conn)
         for fd in fds:
             os.close(fd)
         status = message.get("exit")
-    except (OSError, ValueError, wire.Closed):
+    except (OSError, ValueError, protocol.ConnectionClosed):
         status = None
     if status is None:
         _warn(f"the template died while the program (pid {pid}) ran, so its exit status is unknown; waiting "

@@ -179,14 +179,14 @@ class Template:
             self.sel.register(conn, selectors.EVENT_READ, ("request", None))
 
     def _request(self, conn: socket.socket) -> Job | None:
-        from . import wire
+        from ..ipc import protocol
 
         self.sel.unregister(conn)
         self.last_active = time.monotonic()
         conn.settimeout(10.0)
         try:
-            request, fds = wire.receive(conn)
-        except (OSError, ValueError, wire.Closed):
+            request, fds = protocol.recv_message(conn)
+        except (OSError, ValueError, protocol.ConnectionClosed):
             conn.close()
             return None
         op = request.get("op")
@@ -239,18 +239,18 @@ class Template:
         return why
 
     def _reply_and_close(self, conn: socket.socket, message: dict, fds: list[int]) -> None:
-        from . import wire
+        from ..ipc import protocol
 
         for fd in fds:
             os.close(fd)
         try:
-            wire.send(conn, message)
+            protocol.send_message(conn, message)
         except OSError:
             pass
         conn.close()
 
     def _child_exited(self, pidfd: int) -> None:
-        from . import wire
+        from ..ipc import protocol
 
         pid, conn = self.children.pop(pidfd)
         self.sel.unregister(pidfd)
@@ -266,7 +266,7 @@ class Template:
         try:
             conn.setblocking(True)
             conn.settimeout(5.0)
-            wire.send(conn, {"exit": status})
+            protocol.send_message(conn, {"exit": status})
         except OSError:
             pass
         conn.close()

@@ -1,4 +1,4 @@
-"""The server's side of the wire framing (``overmind.ipc.protocol``), on non-blocking sockets.
+"""The server's side of the frame codec (:mod:`overmind.ipc.protocol`), on non-blocking sockets.
 
 ``FrameReader`` reads one request frame at a time, as its bytes arrive: the announced length is checked
 against the request limit and never allocated up front, and a frame larger than a small control message
@@ -8,23 +8,27 @@ sends what the socket takes, so a peer that does not read its replies never bloc
 """
 from __future__ import annotations
 
-import array
-import json
 import socket
-import struct
 import time
 
-from ..ipc.protocol import MAX_FDS_PER_FRAME, ConnectionClosed, FrameError, close_fds
+from ..ipc.protocol import (
+    ANCILLARY_BYTES,
+    HEADER,
+    MAX_FDS_PER_FRAME,
+    RECV_FLAGS,
+    ConnectionClosed,
+    FrameError,
+    close_fds,
+    fds_received,
+    frames,
+    parse_payload,
+)
 from .limits import Limits
 
 TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
 if TYPE_CHECKING:
     from typing import Any
 
-_HEADER = struct.Struct(">I")
-_FD_SIZE = array.array("i").itemsize
-_ANCBUF = socket.CMSG_SPACE(MAX_FDS_PER_FRAME * _FD_SIZE)
-_RECV_FLAGS = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
 _CHUNK = 64 << 10
 
 
@@ -94,24 +98,19 @@ class FrameReader:
         if not self._header:
             # The first byte alone, with recvmsg: it carries the frame's fds, and reading no further keeps
             # the ancillary data of a later frame out of this one.
-            data, ancdata, flags, _ = self.sock.recvmsg(1, _ANCBUF, _RECV_FLAGS)
-            for level, kind, cdata in ancdata:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    self._fds.extend(array.array("i", cdata[:len(cdata) - len(cdata) % _FD_SIZE]))
-            if flags & socket.MSG_CTRUNC:
-                raise FrameError("file descriptors were lost in transit (control data truncated); the server "
-                                 "may be at its open-file limit")
+            data, ancdata, flags, _ = self.sock.recvmsg(1, ANCILLARY_BYTES, RECV_FLAGS)
+            self._fds.extend(fds_received(ancdata, flags))
             if not data:
                 raise ConnectionClosed("the peer closed the connection")
             self._header = data
             self.started = time.monotonic()
-        while len(self._header) < _HEADER.size:
-            data = self.sock.recv(_HEADER.size - len(self._header))
+        while len(self._header) < HEADER.size:
+            data = self.sock.recv(HEADER.size - len(self._header))
             if not data:
                 raise ConnectionClosed("the peer closed the connection in the middle of a frame header")
             self._header += data
         if self._length is None:
-            (length,) = _HEADER.unpack(self._header)
+            (length,) = HEADER.unpack(self._header)
             if length > self.limits.max_request_bytes:
                 raise FrameError(f"peer announced a {length}-byte frame; requests are at most "
                                  f"{self.limits.max_request_bytes} bytes")
@@ -130,13 +129,10 @@ class FrameReader:
         self._fds = []
         self.discard()  # releases the budget; the fds now belong to the caller
         try:
-            obj = json.loads(payload.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            obj = parse_payload(payload)
+        except FrameError:
             close_fds(fds)
-            raise FrameError(f"peer sent a frame that is not UTF-8 JSON: {exc}") from None
-        if not isinstance(obj, dict):
-            close_fds(fds)
-            raise FrameError(f"peer sent a JSON {type(obj).__name__}, expected an object")
+            raise
         if "more_fds" in obj:
             close_fds(fds)
             raise FrameError(f"a request carries at most {MAX_FDS_PER_FRAME} fds (got 'more_fds')")
@@ -153,15 +149,8 @@ class Outbox:
         return bool(self._segments)
 
     def put(self, obj: dict[str, Any], fds: list[int] | tuple[()] = ()) -> None:
-        """Queue ``obj`` with ``fds`` (ownership passes to the outbox), framed as ``send_message`` does."""
-        fds = list(fds)
-        first, rest = fds[:MAX_FDS_PER_FRAME], fds[MAX_FDS_PER_FRAME:]
-        if rest:
-            obj = dict(obj, more_fds=len(rest))
-        self._segments.append([_frame(obj), first])
-        while rest:
-            batch, rest = rest[:MAX_FDS_PER_FRAME], rest[MAX_FDS_PER_FRAME:]
-            self._segments.append([_frame({"more_fds": len(batch)}), batch])
+        """Queue ``obj`` with ``fds`` (ownership passes to the outbox), framed as ``send_message`` frames it."""
+        self._segments.extend([data, batch] for data, batch in frames(obj, fds))
 
     def flush(self, sock: socket.socket) -> bool:
         """Send as much as ``sock`` takes now; True when everything went. Raises ``ConnectionClosed``."""
@@ -188,8 +177,3 @@ class Outbox:
         for seg in self._segments:
             close_fds(seg[1])
         self._segments = []
-
-
-def _frame(obj: dict[str, Any]) -> bytes:
-    payload = json.dumps(obj, separators=(",", ":")).encode("utf-8")
-    return _HEADER.pack(len(payload)) + payload
