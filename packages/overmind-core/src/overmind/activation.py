@@ -10,6 +10,8 @@ an :class:`~overmind.adapters.AdapterError` under ``activate(strict=True)``.
 """
 from __future__ import annotations
 
+import sys
+
 from . import adapters, fallback, hooks, importwatch, interrupts, libraries, patching
 from .adapters import AdapterError, AdapterState
 from .fallback import OvermindWarning
@@ -155,6 +157,9 @@ def deactivate() -> None:
             for t in reversed(state.targets):
                 patching.restore(t)
             state.targets = []
+    copies = sys.modules.get("overmind.shm.gpu_copies")  # torch.nn.Module.to/.cuda, replaced while twins live
+    if copies is not None:
+        copies.uninstall()
 
 
 def reset() -> None:

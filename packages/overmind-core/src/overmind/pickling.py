@@ -39,6 +39,7 @@ import torch
 
 from . import arguments_ref, deepstack, interrupts, resources, tensors, zerocopy
 from .errors import OvermindError
+from .shm import gpu_copies
 from .shm.placer import Placer
 from .tensors import UntypedStorageArg
 
@@ -373,7 +374,7 @@ class _StorageLoader:
             if untyped is None:
                 untyped = self._source(where, offset, nbytes)
                 if device is not None:
-                    untyped = torch.empty(0, dtype=torch.uint8).set_(untyped).to(device).untyped_storage()
+                    untyped = gpu_copies.to_device(untyped, device)
                 self._built[ident] = untyped
             return untyped if dtype is None else _wrap(untyped, dtype)
         kind = pid[0]
