@@ -155,6 +155,28 @@ def _pss_kib(pid: int) -> int:
     raise RuntimeError(f"no Pss line for {pid}")
 
 
+def _pss_by_kind(pid: int) -> dict:
+    """PSS (MiB) of one process by kind of mapping: an entry's twin (shared memfd), its private mapping,
+    anonymous memory, the rest."""
+    out: dict[str, float] = {}
+    kind = "other"
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            first = line.split()
+            if first and "-" in first[0] and len(first) >= 5 and not first[0].endswith(":"):
+                name = " ".join(first[5:])
+                perms = first[1]
+                if "memfd:overmind" in name:
+                    kind = "entry twin (shared)" if perms.endswith("s") else "entry private mapping"
+                elif not name:
+                    kind = "anonymous"
+                else:
+                    kind = "other"
+            elif first[:1] == ["Pss:"]:
+                out[kind] = out.get(kind, 0.0) + int(first[1]) / 1024
+    return {k: round(v) for k, v in out.items()}
+
+
 def _held_pss(mode: str, gib: float, runtime: str, n: int) -> float:
     """Sum of PSS (MiB) of ``n`` processes each holding ``mode``'s module on the GPU and its CPU tensors."""
     argv = [sys.executable, __file__, "--child", mode, "--gib", str(gib), "--hold"]
@@ -167,6 +189,8 @@ def _held_pss(mode: str, gib: float, runtime: str, n: int) -> float:
                 line = p.stdout.readline()
             if not line:
                 raise RuntimeError(f"{mode}: a holder exited early\n{p.stderr.read()[-3000:]}")
+        print(f"  one holder of {mode}, PSS by mapping (MiB): {_pss_by_kind(procs[0].pid)}", file=sys.stderr,
+              flush=True)
         return sum(_pss_kib(p.pid) for p in procs) / 1024
     finally:
         for p in procs:
@@ -252,6 +276,7 @@ def main(argv=None) -> int:
     ap.add_argument("--pss-gib", type=float, default=2.0)
     ap.add_argument("--processes", type=int, default=4)
     ap.add_argument("--json")
+    ap.add_argument("--pss-only", action="store_true", help="only the memory of --processes holders per mode")
     ap.add_argument("--child")
     ap.add_argument("--hold", action="store_true")
     ap.add_argument("--write", action="store_true")
@@ -271,6 +296,17 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("transfers.py: no CUDA device here; nothing measured")
         return 2
+    if args.pss_only:
+        runtime = tempfile.mkdtemp(prefix="om-gpu-pss-", dir="/tmp")
+        try:
+            _run("cold", args.pss_gib, runtime)
+            for mode in ("warm, pinned twin", "warm, private mapping registered", "warm, pageable", "plain"):
+                total = _held_pss(mode, args.pss_gib, runtime, args.processes)
+                print(f"PSS of {args.processes} holders of {args.pss_gib} GiB, {mode}: {total:.0f} MiB", flush=True)
+        finally:
+            subprocess.run([sys.executable, "-m", "overmind", "stop"],
+                           env={**os.environ, "OVERMIND_RUNTIME_DIR": runtime}, capture_output=True, timeout=60)
+        return 0
     result = measure(args.gib, args.pss_gib, args.processes)
     print(table(result))
     if args.json:
