@@ -231,11 +231,12 @@ def simple(h, script: str, argv: list[str], n: int, tag: str, main: str, measure
 
 def gpu(h, paths, n: int) -> tuple[str, dict]:
     """Scenario 8: ``pipe.to('cuda')`` after a plain load, a warm load copied from the private mappings' pageable
-    pages (``OVERMIND_PINNED_COPIES=0``) and a warm load copied from the pinned read-only twins (the default).
+    pages (``OVERMIND_PINNED_COPIES=0``, the default) and a warm load copied from the pinned read-only twins.
     Needs a CUDA device and a CUDA build of torch."""
     script = os.path.join(SCEN, "to_cuda.py")
     argv = [paths["sd15-fp16"], paths["controlnet-depth"], paths["controlnet-edge"]]
-    modes = {"plain": None, "warm, pageable": {"OVERMIND_PINNED_COPIES": "0"}, "warm, pinned twins": {}}
+    modes = {"plain": None, "warm, pageable": {"OVERMIND_PINNED_COPIES": "0"},
+             "warm, pinned twins": {"OVERMIND_PINNED_COPIES": "1"}}
     groups: dict[str, list[dict]] = {mode: [] for mode in modes}
     h.run_child(script, argv, "plain", "gpu-prime")
     for i in range(n):

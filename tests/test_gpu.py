@@ -27,7 +27,7 @@ _OBSERVE = '''
 
 def _env(overmind_runtime: str, **extra: str) -> dict:
     return {"PYTHONPATH": pythonpath_env(), "OVERMIND_RUNTIME_DIR": overmind_runtime, "OVERMIND_STRICT": "1",
-            **extra}
+            "OVERMIND_PINNED_COPIES": "1", **extra}
 
 
 def test_module_to_cuda_from_a_hit_equals_plain_and_reads_the_pinned_twin(overmind_runtime):

@@ -133,8 +133,7 @@ def _register_private_mappings(torch) -> int:
 # ---- in the parent -----------------------------------------------------------------------------------------
 def _env(runtime: str, mode: str) -> dict:
     env = {**os.environ, "OVERMIND_RUNTIME_DIR": runtime, "OVERMIND_MAX_BYTES": "48G", "PYTHONUNBUFFERED": "1"}
-    if mode in ("warm, pageable", "warm, private mapping registered"):
-        env["OVERMIND_PINNED_COPIES"] = "0"
+    env["OVERMIND_PINNED_COPIES"] = "0" if mode in ("warm, pageable", "warm, private mapping registered") else "1"
     return env
 
 

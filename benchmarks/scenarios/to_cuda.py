@@ -1,13 +1,11 @@
 """Scenario 8 (needs CUDA): the blog pipeline moved to the GPU, ``pipe.to('cuda')``, timed in GB/s.
 
-    python benchmarks/scenarios/to_cuda.py CKPT DEPTH EDGE [--register]
+    python benchmarks/scenarios/to_cuda.py CKPT DEPTH EDGE
 
 After the blog's four calls (plain, or served by Overmind), the process times ``pipe.to("cuda")`` with the
-device synchronised on both sides. ``--register`` first registers every Overmind mapping of the process as
-pinned host memory (``cudaHostRegister``) and times that separately, so the copy runs by DMA from the
-shared pages instead of being staged through a pinned bounce buffer. The ranges are registered read-only
-(``cudaHostRegisterReadOnly``) where the driver allows it: pinning a copy-on-write mapping for writing
-would make the kernel copy every page privately first, undoing the sharing.
+device synchronised on both sides. Served by Overmind, the copy reads the private mappings' pageable pages, or,
+with ``OVERMIND_PINNED_COPIES=1``, the pinned read-only twins of the entries' mappings (``overmind.shm.twins``;
+their registration with the driver happens inside the timed call).
 """
 import time
 
@@ -47,8 +45,6 @@ cn_edge = ControlNetModel.from_pretrained(edge, torch_dtype=torch.float16, varia
 pipe = StableDiffusionControlNetPipeline.from_pretrained(ckpt, vae=vae, controlnet=[cn_edge, cn_depth], torch_dtype=torch.float16, safety_checker=None)
 sw.times["from_pretrained"] = time.perf_counter() - t_calls
 nbytes = child.weight_bytes(pipe)
-
-
 keep = child.storages(pipe)  # the CPU pages stay mapped (and their twins registered) until the report
 torch.cuda.synchronize()
 t = time.perf_counter()
