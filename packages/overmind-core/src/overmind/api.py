@@ -87,7 +87,7 @@ class _Recheck:
 
     def unchanged(self, ck: key.CacheKey) -> bool:
         try:
-            return key.make_key(self.loader, self.arguments, self.extra, _value_hook).key == ck.key
+            return key.make_key(self.loader, self.arguments, self.extra, _value_hook).key == randomness.base_key(ck.key)
         except key.Unkeyable:
             return False
 
@@ -105,7 +105,9 @@ def _wait_timeout(nested: bool) -> float:
 
 
 def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict,
-                 recheck: _Recheck | None = None, arguments: dict | None = None) -> Any:
+                 recheck: _Recheck | None = None, arguments: dict | None = None, vary: list[str] | None = None) -> Any:
+    """Serve ``ck`` (a hit), or run the loader under this process's claim and publish. ``vary``: ``ck`` is a variant
+    of a call that draws from these generators (randomness.py)."""
     fn, stack = loader.fn, _loading_stack()
     call_frame = sys._getframe()  # where the loader's warnings count their stacklevel from (loader_warnings.py)
     if ck.key in stack:
@@ -124,9 +126,15 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         return fn(*args, **kwargs)
     if res.status == "hit":
         assert res.entry is not None  # a hit carries its entry
+        meta = res.entry.get("meta") or {}
+        if vary is None and isinstance(meta.get(randomness.VARY), list):
+            # The call draws from global generators: its result is the variant made from their current states.
+            res.close()
+            names = [str(n) for n in meta[randomness.VARY]]
+            variant = key.CacheKey(randomness.variant_key(ck.key, names), ck.summary, ck.ambient)
+            return _cached_call(loader, variant, args, kwargs, recheck, arguments, vary=names)
         try:
             obj = entry.decode(res.entry, res.fds, arguments)
-            meta = res.entry.get("meta") or {}
             warned = loader_warnings.Replay(meta.get("warnings"), call_frame)
             logged = loader_logs.Replay(meta.get("logs"))
             other_logging = logged.differs()  # after the rebuild: the libraries it imports have set their loggers
@@ -153,6 +161,9 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
             del obj
             log.debug("overmind: not serving entry %s of %s: %s", ck.key[:12], loader.name, other_logging)
             return fn(*args, **kwargs)
+        after = meta.get(randomness.AFTER)
+        if after:  # the generators where the plain call leaves them
+            randomness.restore(after)
         # The loader's warnings and log records, as the plain call gives them; outside the fallback: an "error"
         # filter raises here
         warned.issue(between=logged.emit)
@@ -164,7 +175,7 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         return fn(*args, **kwargs)
 
     try:
-        return _load_claimed(client, loader, ck, args, kwargs, recheck, arguments, stack, call_frame)
+        return _load_claimed(client, loader, ck, args, kwargs, recheck, arguments, stack, call_frame, vary)
     except BaseException:
         # The loader raised, or Ctrl-C / a signal handler's exception arrived anywhere while this call held the
         # claim: give it back now, or other processes wait on it until this connection closes.
@@ -173,9 +184,11 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
 
 
 def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict,
-                  recheck: _Recheck | None, arguments: dict | None, stack: list, call_frame: Any = None) -> Any:
+                  recheck: _Recheck | None, arguments: dict | None, stack: list, call_frame: Any = None,
+                  vary: list[str] | None = None) -> Any:
     """Run the loader under this call's claim, then publish; exceptions of the loader propagate. The warnings it
-    issues are shown as plain shows them, and kept in the entry for hits (``loader_warnings.py``)."""
+    issues are shown as plain shows them, and kept in the entry for hits (``loader_warnings.py``). A loader that
+    drew from the global generators is published as a variant of its call (randomness.py)."""
     fn = loader.fn
     run = fallback.LoaderRun(outermost=not stack)
     stack.append(ck.key)
@@ -200,16 +213,24 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
             _release(client, ck.key)
             log.debug("overmind: not caching %s: %s", loader.name, unsure)
             return result
-        drew = randomness.moved(generators)
-        if drew:  # a hit would neither draw the same values nor move the generators: not cached (randomness.py)
+        drew = randomness.movement(generators)
+        unvaried = _unvaried(drew, vary)
+        if unvaried is not None:  # no entry can say which draws this result came from: not cached
             _release(client, ck.key)
-            log.debug("overmind: not caching %s: it drew from the global random generators %s", loader.name,
-                      ", ".join(drew))
+            log.debug("overmind: not caching %s: %s", loader.name, unvaried)
             return result
+        target, after = ck, None
+        if drew.names:
+            target = ck if vary is not None else key.CacheKey(randomness.variant_key(ck.key, drew.names, generators),
+                                                             ck.summary, ck.ambient)
+            after = {randomness.AFTER: randomness.encode_after(drew.names)}
         try:
-            rebuilt = publish(client, loader, ck, result, arguments, recheck, load_arena, warned.records,
-                              logged.for_entry())
-            log.info("overmind: published %s (entry %s) in %.3f s", loader.name, ck.key[:12],
+            rebuilt = publish(client, loader, target, result, arguments, recheck, load_arena, warned.records,
+                              logged.for_entry(), after)
+            if target is not ck:  # the call's key names the generators its variants vary with
+                _publish_marker(client, loader, ck, drew.names)
+            log.info("overmind: published %s (entry %s%s) in %.3f s", loader.name, ck.key[:12],
+                     f", a variant by the random generators {', '.join(drew.names)}" if drew.names else "",
                      time.perf_counter() - t1)
         except (KeyChanged, entry.UnexpectedMeta) as e:  # the result is not what the key describes: not cached
             _release(client, ck.key)
@@ -229,6 +250,25 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
     return rebuilt
 
 
+def _unvaried(drew: randomness.Movement, vary: list[str] | None) -> str | None:
+    """Why a call that drew cannot be published as a variant (None: it can)."""
+    if drew.unrepeatable:
+        return (f"it drew from global random generators {', '.join(drew.unrepeatable)} in a state no other process "
+                f"starts from (seeded from the OS, or a CUDA device it initialised); seed them before the load "
+                f"(torch.manual_seed) to have it cached")
+    if vary is not None and not set(drew.names) <= set(vary):
+        return (f"it drew from global random generators {', '.join(sorted(set(drew.names) - set(vary)))} besides "
+                f"those its entry varies with ({', '.join(vary)})")
+    return None
+
+
+def _publish_marker(client, loader: key.Loader, ck: key.CacheKey, names: list[str]) -> None:
+    """Publish under the call's key the marker that sends hits to the variant of their generators' states."""
+    encoded = entry.encode(None, loader, ck.summary)
+    encoded.meta[randomness.VARY] = list(names)
+    _publish(client, ck, encoded).close()
+
+
 def _release(client, cache_key: str) -> None:
     try:
         client.release(cache_key)
@@ -243,7 +283,7 @@ class KeyChanged(OvermindError):
 
 def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments: dict | None = None,
             recheck: _Recheck | None = None, load_arena: arena.Arena | None = None,
-            warned: list | None = None, logged: dict | None = None) -> Any:
+            warned: list | None = None, logged: dict | None = None, extra_meta: dict | None = None) -> Any:
     """Write ``result`` as an entry, publish it under ``ck`` and return it rebuilt from there, or ``result`` itself
     where a rebuild would gain nothing (:func:`_plain_result_will_do`).
 
@@ -252,7 +292,8 @@ def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments
     before anything is written: a key that changed raises :class:`KeyChanged`. ``load_arena``: the loader's
     closed arena, whose memfd becomes the entry (``shm/arena.py``). ``warned``: the loader's warnings, which a hit
     issues again (``loader_warnings.Recording.records``); ``logged``: its log records and the logging answers it
-    got (``loader_logs.Recording.for_entry``).
+    got (``loader_logs.Recording.for_entry``). ``extra_meta``: more of the entry's meta (a variant's generator
+    states after the call).
     """
     def before_write() -> None:
         if recheck is not None and not recheck.unchanged(ck):
@@ -262,14 +303,14 @@ def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments
     try:
         encoded = entry.encode(result, loader, ck.summary, arguments, before_write=before_write, arena=load_arena,
                                expect_meta=expect_meta)
-        res = _publish(client, ck, encoded, warned, logged)
+        res = _publish(client, ck, encoded, warned, logged, extra_meta)
     except (ServerError, entry.FileChanged) as e:
         if e.reason not in _COPY_INSTEAD:
             raise
         # An entry this one references was evicted meanwhile, or a checkpoint file it references changed: write
         # the bytes themselves instead.
         encoded = entry.encode(result, loader, ck.summary, arguments, reference_mapped=False, expect_meta=expect_meta)
-        res = _publish(client, ck, encoded, warned, logged)
+        res = _publish(client, ck, encoded, warned, logged, extra_meta)
     if _plain_result_will_do(result, encoded):
         for fd in res.fds.values():
             os.close(fd)
@@ -296,7 +337,9 @@ _COPY_INSTEAD = ("dep missing", "file changed")
 
 
 def _publish(client, ck: key.CacheKey, encoded: entry.Encoded, warned: list | None = None,
-             logged: dict | None = None):
+             logged: dict | None = None, extra_meta: dict | None = None):
+    if extra_meta:
+        encoded.meta.update(extra_meta)
     if warned:
         encoded.meta["warnings"] = warned
     if logged:
