@@ -150,7 +150,7 @@ def test_a_drawing_loader_says_which_generators_its_entry_varies_with(overmind_r
     torch.manual_seed(0)
     with caplog.at_level(logging.INFO, logger="overmind"):
         overmind.load(load_with_draws, (op,), 2)
-    assert any("a variant by the random generators torch" in r.getMessage() for r in caplog.records)
+    assert any("a variant by the random generator torch" in r.getMessage() for r in caplog.records)
 
 
 def test_a_loader_that_starts_a_generator_from_the_os_and_draws_says_why_it_is_not_cached(overmind_runtime):

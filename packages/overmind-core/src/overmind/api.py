@@ -23,6 +23,7 @@ from typing import Any, Callable
 from . import (
     ambient,
     arguments_ref,
+    code_deps,
     collector,
     entry,
     fallback,
@@ -36,6 +37,7 @@ from . import (
     provenance,
     randomness,
 )
+from . import vary as vary_mod
 from .errors import OvermindError, ServerError
 from .shm import arena
 
@@ -87,7 +89,7 @@ class _Recheck:
 
     def unchanged(self, ck: key.CacheKey) -> bool:
         try:
-            return key.make_key(self.loader, self.arguments, self.extra, _value_hook).key == randomness.base_key(ck.key)
+            return key.make_key(self.loader, self.arguments, self.extra, _value_hook).key == vary_mod.base_key(ck.key)
         except key.Unkeyable:
             return False
 
@@ -127,11 +129,17 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
     if res.status == "hit":
         assert res.entry is not None  # a hit carries its entry
         meta = res.entry.get("meta") or {}
-        if vary is None and isinstance(meta.get(randomness.VARY), list):
-            # The call draws from global generators: its result is the variant made from their current states.
+        if vary is None and isinstance(meta.get(vary_mod.MARKER), list):
+            # The call depends on state outside its key (random generators, the user's modules): its result is the
+            # variant of that state now (vary.py).
             res.close()
-            names = [str(n) for n in meta[randomness.VARY]]
-            variant = key.CacheKey(randomness.variant_key(ck.key, names), ck.summary, ck.ambient)
+            names = [str(n) for n in meta[vary_mod.MARKER]]
+            variant_key = vary_mod.variant_key(ck.key, names)
+            if variant_key is None:
+                log.debug("overmind: not serving %s: a module it depends on changed since this process imported it",
+                          loader.name)
+                return fn(*args, **kwargs)
+            variant = key.CacheKey(variant_key, ck.summary, ck.ambient)
             return _cached_call(loader, variant, args, kwargs, recheck, arguments, vary=names)
         try:
             obj = entry.decode(res.entry, res.fds, arguments)
@@ -198,6 +206,7 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
     try:
         try:
             generators = randomness.snapshot()
+            modules_before, call_start_ns = code_deps.modules_now(), time.time_ns()
             with loader_warnings.recording(call_frame) as warned, \
                     loader_logs.recording(lambda: len(warned.records)) as logged:
                 result = fn(*args, **kwargs)
@@ -214,23 +223,30 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
             log.debug("overmind: not caching %s: %s", loader.name, unsure)
             return result
         drew = randomness.movement(generators)
-        unvaried = _unvaried(drew, vary)
-        if unvaried is not None:  # no entry can say which draws this result came from: not cached
+        code, code_refusal = code_deps.dependencies(fn, modules_before, call_start_ns)
+        names = drew.names + code
+        unvaried = code_refusal or _unvaried(drew, names, vary)
+        if unvaried is not None:  # no entry can say what this result came from: not cached
             _release(client, ck.key)
             log.debug("overmind: not caching %s: %s", loader.name, unvaried)
             return result
-        target, after = ck, None
-        if drew.names:
-            target = ck if vary is not None else key.CacheKey(randomness.variant_key(ck.key, drew.names, generators),
-                                                             ck.summary, ck.ambient)
-            after = {randomness.AFTER: randomness.encode_after(drew.names)}
+        target = ck
+        after = {randomness.AFTER: randomness.encode_after(drew.names)} if drew.names else None
+        if names and vary is None:
+            variant_key = vary_mod.variant_key(ck.key, names, generators)
+            if variant_key is None:
+                _release(client, ck.key)
+                log.debug("overmind: not caching %s: a module it depends on changed since this process imported it",
+                          loader.name)
+                return result
+            target = key.CacheKey(variant_key, ck.summary, ck.ambient)
         try:
             rebuilt = publish(client, loader, target, result, arguments, recheck, load_arena, warned.records,
                               logged.for_entry(), after)
-            if target is not ck:  # the call's key names the generators its variants vary with
-                _publish_marker(client, loader, ck, drew.names)
+            if target is not ck:  # the call's key names what its variants vary with
+                _publish_marker(client, loader, ck, names)
             log.info("overmind: published %s (entry %s%s) in %.3f s", loader.name, ck.key[:12],
-                     f", a variant by the random generators {', '.join(drew.names)}" if drew.names else "",
+                     f", a variant by {', '.join(_short(n) for n in names)}" if names else "",
                      time.perf_counter() - t1)
         except (KeyChanged, entry.UnexpectedMeta) as e:  # the result is not what the key describes: not cached
             _release(client, ck.key)
@@ -250,22 +266,29 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
     return rebuilt
 
 
-def _unvaried(drew: randomness.Movement, vary: list[str] | None) -> str | None:
-    """Why a call that drew cannot be published as a variant (None: it can)."""
+def _short(name: str) -> str:
+    """A vary name for a log line: a generator's name, a module's file name."""
+    if name.startswith(code_deps.PREFIX):
+        return os.path.basename(name)
+    return f"the random generator {name}"
+
+
+def _unvaried(drew: randomness.Movement, names: list[str], vary: list[str] | None) -> str | None:
+    """Why a call cannot be published as a variant (None: it can)."""
     if drew.unrepeatable:
         return (f"it drew from global random generators {', '.join(drew.unrepeatable)} in a state no other process "
                 f"starts from (seeded from the OS, or a CUDA device it initialised); seed them before the load "
                 f"(torch.manual_seed) to have it cached")
-    if vary is not None and not set(drew.names) <= set(vary):
-        return (f"it drew from global random generators {', '.join(sorted(set(drew.names) - set(vary)))} besides "
-                f"those its entry varies with ({', '.join(vary)})")
+    if vary is not None and not set(names) <= set(vary):
+        return (f"it depends on {', '.join(sorted(set(names) - set(vary)))} besides what its entry varies with "
+                f"({', '.join(vary)})")
     return None
 
 
 def _publish_marker(client, loader: key.Loader, ck: key.CacheKey, names: list[str]) -> None:
     """Publish under the call's key the marker that sends hits to the variant of their generators' states."""
     encoded = entry.encode(None, loader, ck.summary)
-    encoded.meta[randomness.VARY] = list(names)
+    encoded.meta[vary_mod.MARKER] = list(names)
     _publish(client, ck, encoded).close()
 
 

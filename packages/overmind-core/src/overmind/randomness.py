@@ -4,14 +4,13 @@ A plain call that draws (a head the checkpoint lacks, initialised at random; a u
 then overwritten by ``load_state_dict``; a loader that seeds and samples) returns values that may depend on where it
 found the generators, and leaves them further on. Its result is a function of the call's key *and* of the
 generators' states before the call, and the generators' states after the call are a function of the same. So
-the cache serves it as HTTP caches honour ``Vary``: the entry under the call's key is a marker naming the generators
-the loader moved (:data:`VARY`), and the result is published under the key extended by a digest of those
-generators' states before the call (:func:`variant_key`), with their states after it (:func:`encode_after`). A hit
-digests the process's current states, finds the variant made from the same states, and sets the generators to
-the recorded after-states (:func:`restore`): the result is what the plain call returns from there, and the process
-is exactly where the plain call would leave it. A script that seeds (``torch.manual_seed``, ``random.seed``,
-``numpy.random.seed``) before it loads reaches the same states in every run, so these loaders hit from the next
-process on, draws made between the seed and the load included.
+the entry varies with them (:mod:`.vary`): the call's key holds a marker naming the generators the loader moved,
+and the result is published as the variant of those generators' states before the call (:func:`states_for`), with
+their states after it (:func:`encode_after`). A hit digests the process's current states, finds the variant made
+from the same states, and sets the generators to the recorded after-states (:func:`restore`): the result is
+what the plain call returns from there, and the process is exactly where the plain call would leave it. A script
+that seeds (``torch.manual_seed``, ``random.seed``, ``numpy.random.seed``) before it loads reaches the same states
+in every run, so these loaders hit from the next process on, draws made between the seed and the load included.
 
 torch seeds its default generator from the OS at start-up (``torch.initial_seed()`` is then a 64-bit number no
 script chooses): a call that draws from it before any seed was set starts from a state no other process has, and a
@@ -39,13 +38,10 @@ A generator imported during the call is compared with where it starts (:func:`mo
 from __future__ import annotations
 
 import base64
-import hashlib
 import sys
 from typing import Any, NamedTuple
 
-VARY = "vary"  # entry meta of a marker: the generator names the call's variants vary with
 AFTER = "random_after"  # entry meta of a variant: the generators' states after the call (encode_after)
-VARIANT_SEP = "~random:"  # a variant's key: the call's key, this, a digest of the states before the call
 _SEED = "torch.initial_seed"  # in a snapshot beside the generators: the seed torch's generator was last given
 OS_SEED_FLOOR = 2**32  # torch's own seeds are 64-bit draws from the OS; a script's are small numbers
 
@@ -97,20 +93,12 @@ def moved(before: dict[str, Any]) -> list[str]:
     return movement(before).names
 
 
-def variant_key(key: str, names: list[str], states: dict[str, Any] | None = None) -> str:
-    """``key`` extended by a digest of the ``names`` generators' states (``states``: a :func:`snapshot` taken
-    before a call; default: now). torch not imported yet counts as the state its import starts from, as the plain
-    call that imports it would find it; another generator absent counts as absent."""
+def states_for(names: list[str], states: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``names`` generators' states in ``states`` (a :func:`snapshot` taken before a call; default: now), as a
+    variant's key digests them (:mod:`.vary`). torch not imported yet counts as the state its import starts from,
+    as the plain call that imports it would find it; another generator absent counts as absent (``None``)."""
     states = _with_torch_start(snapshot() if states is None else states, {"torch": None} if "torch" in names else {})
-    h = hashlib.sha256()
-    for name in sorted(names):
-        h.update(repr((name, states.get(name))).encode())
-    return f"{key}{VARIANT_SEP}{h.hexdigest()[:32]}"
-
-
-def base_key(key: str) -> str:
-    """The call's key of a variant's key (a key that is no variant's: itself)."""
-    return key.split(VARIANT_SEP, 1)[0]
+    return {name: states.get(name) for name in names}
 
 
 def encode_after(names: list[str]) -> dict[str, Any]:
