@@ -9,10 +9,9 @@ from __future__ import annotations
 import os
 import time
 
+from _support import pythonpath_env
 from overmind import code_deps
 from overmind.testing import run_fresh
-
-from _support import pythonpath_env
 
 LOADERS = '''
 def load():
@@ -113,7 +112,7 @@ def test_a_file_changed_after_the_process_started_is_not_a_dependency_it_can_vou
         import dep_changed  # noqa: F401
 
         def loader():
-            import dep_changed  # noqa: F401
+            import dep_changed  # noqa: F401, F811
 
         assert code_deps.state(code_deps.PREFIX + os.path.realpath(path)) is None  # written after this process began
         names, reason = code_deps.dependencies(loader, code_deps.modules_now(), time.time_ns())

@@ -43,6 +43,10 @@ from .shm import arena
 
 log = logging.getLogger("overmind")
 _local = threading.local()
+# Keys this process loads under the claim the server it started holds for it (claim_by_starting): the server
+# grants that claim to any thread of the process, so the process's other threads wait here for the first one.
+_start_claims: dict[str, threading.Event] = {}
+_start_lock = threading.Lock()
 NESTED_WAIT_S = 60.0  # a nested load waits less: two processes waiting on each other's claims must not hang
 
 
@@ -121,8 +125,14 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         wait_s = _wait_timeout(nested=bool(stack))
         client = get_client()
         # No server yet: this load is a miss, claimed by the server this process starts for it (handoff.py).
-        res = GetResult("claimed") if client.claim_by_starting(ck.key) else \
-            client.get(ck.key, claim=True, wait=True, timeout=wait_s)
+        with _start_lock:
+            loading_here = _start_claims.get(ck.key)
+            started = loading_here is None and client.claim_by_starting(ck.key)
+            if started:
+                _start_claims[ck.key] = threading.Event()
+        if loading_here is not None:  # another thread of this process loads it: its publish is this call's hit
+            loading_here.wait(wait_s)
+        res = GetResult("claimed") if started else client.get(ck.key, claim=True, wait=True, timeout=wait_s)
     except OvermindError as e:
         fallback.server_unavailable(loader.name, e)
         return fn(*args, **kwargs)
@@ -189,6 +199,10 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         # claim: give it back now, or other processes wait on it until this connection closes.
         _release(client, ck.key)
         raise
+    finally:
+        if started:
+            with _start_lock:
+                _start_claims.pop(ck.key).set()
 
 
 def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict,
