@@ -106,7 +106,7 @@ def encode_after(names: list[str]) -> dict[str, Any]:
     now = snapshot()
     out: dict[str, Any] = {}
     for name in names:
-        state = now.get(name)
+        state: Any = now[name]  # a generator the call moved exists after it
         if name == "random":
             out[name] = [state[0], list(state[1]), state[2]]
         elif name == "numpy.random":
