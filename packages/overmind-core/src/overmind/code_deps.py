@@ -72,7 +72,8 @@ def dependencies(fn: Callable, modules_before: frozenset[str], call_start_ns: in
     for path, module in sorted(files.items()):
         try:
             mtime = os.stat(path).st_mtime_ns
-        except OSError:
+        except OSError as exc:
+            interrupts.raise_users(exc)
             return [], f"the file of module {module} ({path}) is gone"
         imported_during_call = module not in modules_before
         if mtime >= (call_start_ns if imported_during_call else PROCESS_START_NS):
@@ -88,7 +89,8 @@ def state(name: str) -> str | None:
     path = name[len(PREFIX):]
     try:
         st = os.stat(path)
-    except OSError:
+    except OSError as exc:
+        interrupts.raise_users(exc)
         return "absent"
     if st.st_mtime_ns >= PROCESS_START_NS and _imported_from(path):
         return None
@@ -100,7 +102,8 @@ def state(name: str) -> str | None:
     try:
         with open(path, "rb") as f:
             digest = hashlib.sha256(f.read()).hexdigest()
-    except OSError:
+    except OSError as exc:
+        interrupts.raise_users(exc)
         return "absent"
     with _lock:
         _digests[path] = (identity, digest)

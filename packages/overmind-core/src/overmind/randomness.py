@@ -41,6 +41,8 @@ import base64
 import sys
 from typing import Any, NamedTuple
 
+from . import interrupts
+
 AFTER = "random_after"  # entry meta of a variant: the generators' states after the call (encode_after)
 _SEED = "torch.initial_seed"  # in a snapshot beside the generators: the seed torch's generator was last given
 OS_SEED_FLOOR = 2**32  # torch's own seeds are 64-bit draws from the OS; a script's are small numbers
@@ -168,6 +170,7 @@ def _as_started(name: str, state: Any) -> bool:
             start = torch.Generator(device=f"cuda:{index}")
             start.manual_seed(torch.cuda.default_generators[index].initial_seed())
             return bool(bytes(start.get_state().numpy()) == state)
-        except Exception:  # cannot tell: counted as moved, and as unrepeatable
+        except Exception as exc:  # cannot tell: counted as moved, and as unrepeatable
+            interrupts.raise_users(exc)
             return False
     return True

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from .. import interrupts
 from . import twins
 
 _set_versions = torch._C._autograd._unsafe_set_version_counter
@@ -81,7 +82,8 @@ _cuda.__doc__, _cuda.__name__, _cuda.__qualname__ = torch.nn.Module.cuda.__doc__
 def _to_cuda(args: tuple, kwargs: dict) -> bool:
     try:
         device = torch._C._nn._parse_to(*args, **kwargs)[0]
-    except Exception:  # torch's own method raises the same error for the user
+    except Exception as exc:  # torch's own method raises the same error for the user
+        interrupts.raise_users(exc)
         return False
     return device is not None and device.type == "cuda"
 

@@ -86,6 +86,7 @@ def attach(private_mm: Any, address: int, fd: int, size: int) -> bool:
     try:
         twin = fdless.map_shared_readonly(fd, size)
     except OSError as exc:
+        interrupts.raise_users(exc)
         _log_refusal(f"a read-only shared mapping could not be made ({exc})")
         return False
     entry = _Twin(address, size, twin, private_mm)
