@@ -120,3 +120,30 @@ def test_a_file_changed_after_the_process_started_is_not_a_dependency_it_can_vou
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("dep_changed", None)
+
+
+def test_modules_an_adapter_keys_itself_are_no_dependency(tmp_path, monkeypatch):
+    import sys
+
+    from overmind import adapter
+
+    (tmp_path / "kit_keyed_pkg").mkdir()
+    (tmp_path / "kit_keyed_pkg" / "__init__.py").write_text("X = 1\n")
+    (tmp_path / "plain_user_mod.py").write_text("Y = 2\n")
+    past = time.time() - 30
+    for p in (tmp_path / "kit_keyed_pkg" / "__init__.py", tmp_path / "plain_user_mod.py"):
+        os.utime(p, (past, past))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(adapter, "CODE_KEYED_BY_ADAPTERS", set())
+    adapter.code_keyed_by_adapter("kit_keyed_pkg")
+    before = code_deps.modules_now()
+    try:
+        import kit_keyed_pkg  # noqa: F401
+        import plain_user_mod  # noqa: F401
+
+        names, reason = code_deps.dependencies(lambda: None, before, time.time_ns())
+        assert reason is None
+        assert names == [code_deps.PREFIX + os.path.realpath(tmp_path / "plain_user_mod.py")]
+    finally:
+        sys.modules.pop("kit_keyed_pkg", None)
+        sys.modules.pop("plain_user_mod", None)

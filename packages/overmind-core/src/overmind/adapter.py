@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["hookimpl", "PatchTarget", "Spec", "resolve", "resolve_roots", "collect", "waiting_modules", "owns",
            "label", "warn",
            "version_of", "dist_of", "Uncacheable", "uncacheable", "NotCacheable", "NotCachedByDesign",
-           "meta_intended"]
+           "meta_intended", "code_keyed_by_adapter"]
 
 
 # --- what an adapter says when it cannot do its job ------------------------------------------------------
@@ -73,6 +73,19 @@ def meta_intended() -> None:
     from .entry import intend_meta  # at call time: the entry codec imports torch
 
     intend_meta()
+
+
+CODE_KEYED_BY_ADAPTERS: set[str] = set()  # read by overmind/code_deps.py
+
+
+def code_keyed_by_adapter(*prefixes: str) -> None:
+    """Say that modules under these names (``"transformers_modules"``) hold code this adapter keys itself and
+    carries in its entries (a library's copies of a model folder's code): the core then does not make an entry
+    vary with their files (a loader's user modules do, see ``overmind/code_deps.py``).
+
+    >>> code_keyed_by_adapter("transformers_modules", "diffusers_modules")
+    """
+    CODE_KEYED_BY_ADAPTERS.update(prefixes)
 
 
 def uncacheable(reason: str) -> Uncacheable:

@@ -32,6 +32,7 @@ from . import code_identity, interrupts
 
 PREFIX = "code:"
 _lock = threading.Lock()
+
 _digests: dict[str, tuple[tuple, str]] = {}  # path -> (stat identity, content digest)
 
 
@@ -119,15 +120,23 @@ def _user_file(module: Any) -> str | None:
     if not isinstance(path, str) or not path.endswith(".py"):
         return None
     name = getattr(module, "__name__", "") or ""
-    if name == "__main__" or code_identity.distribution_of(name) is not None:
+    if name == "__main__" or code_identity.distribution_of(name) is not None or _is_keyed_elsewhere(name):
         return None
     return os.path.realpath(path)
+
+
+def _is_keyed_elsewhere(name: str) -> bool:
+    """Whether an adapter keys and carries the code of module ``name`` itself (``overmind.adapter.
+    code_keyed_by_adapter``: a library's copies of a model folder's code, keyed with the folder)."""
+    kit = sys.modules.get("overmind.adapter")  # no adapter imported the kit: none said so
+    prefixes = getattr(kit, "CODE_KEYED_BY_ADAPTERS", ())
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
 def _unimported_user_file(name: str) -> str | None:
     """The file of a module not imported yet, found without running it (a top-level name, or one whose parent is
     imported)."""
-    if "." in name and name.rsplit(".", 1)[0] not in sys.modules:
+    if ("." in name and name.rsplit(".", 1)[0] not in sys.modules) or _is_keyed_elsewhere(name):
         return None
     try:
         spec = importlib.util.find_spec(name)
