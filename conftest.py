@@ -39,6 +39,8 @@ def _session_runtime():
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "long(seconds): a test that takes about that long on a CI machine (the "
                                        "--durations list); its file runs first, the longest first")
+    config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped without one (run them with pytest -m gpu "
+                                       "on a GPU machine, or benchmarks/gpu/run_all.sh)")
     stale = _stale_test_plugins()
     if stale:
         raise pytest.UsageError(f"the test-only adapters in {TEST_PLUGINS_DIR} are missing or older than their "
@@ -87,3 +89,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             longest[item.path] = max(longest.get(item.path, 0.0), float(seconds))
     order = {path: rank for rank, path in enumerate(sorted(longest, key=lambda p: -longest[p]))}
     items.sort(key=lambda item: order.get(item.path, len(order)))  # stable: the rest keep their order
+    _skip_gpu_tests_without_cuda(items)
+
+
+def _skip_gpu_tests_without_cuda(items: list[pytest.Item]) -> None:
+    gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (pytest -m gpu on a GPU machine: benchmarks/gpu/run_all.sh)")
+    for item in gpu:
+        item.add_marker(skip)

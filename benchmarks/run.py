@@ -88,7 +88,7 @@ def timed_modes(h: harness.Harness, script: str, argv: list[str], n: int, tag: s
     Each repetition runs :data:`WARM_PER_COLD` warm processes; every sample records its repetition
     (``rep``), and ratios pair a warm sample with the plain one of its repetition. :data:`SETTLE_S` seconds of
     quiet go before every timed process, whatever its mode: on this host the first process after one that turned
-    over gigabytes of memory pays more for each fresh page (docs/benchmarks.md, eighteenth session).
+    over gigabytes of memory pays more for each fresh page (docs/benchmarks.md, "The slow warm process after a cold fp32 one").
     """
     groups: dict[str, list[dict]] = {"plain": [], "cold": [], "warm": []}
     if prime:
@@ -230,29 +230,32 @@ def simple(h, script: str, argv: list[str], n: int, tag: str, main: str, measure
 
 
 def gpu(h, paths, n: int) -> tuple[str, dict]:
-    """Scenario 8: ``pipe.to('cuda')`` after a plain load, a warm load (pageable) and a warm load with the
-    mappings registered as pinned memory. Needs a CUDA device and a CUDA build of torch."""
+    """Scenario 8: ``pipe.to('cuda')`` after a plain load, a warm load copied from the private mappings' pageable
+    pages (``OVERMIND_PINNED_COPIES=0``, the default) and a warm load copied from the pinned read-only twins.
+    Needs a CUDA device and a CUDA build of torch."""
     script = os.path.join(SCEN, "to_cuda.py")
     argv = [paths["sd15-fp16"], paths["controlnet-depth"], paths["controlnet-edge"]]
-    groups: dict[str, list[dict]] = {"plain": [], "warm": [], "warm, registered": []}
+    modes = {"plain": None, "warm, pageable": {"OVERMIND_PINNED_COPIES": "0"},
+             "warm, pinned twins": {"OVERMIND_PINNED_COPIES": "1"}}
+    groups: dict[str, list[dict]] = {mode: [] for mode in modes}
     h.run_child(script, argv, "plain", "gpu-prime")
     for i in range(n):
         with h.runtime() as rt:
             h.run_child(script, argv, "overmind", f"gpu-cold{i}", runtime_dir=rt)  # publishes; not measured
-            for mode in (["plain", "warm", "warm, registered"] if i % 2 == 0 else ["warm, registered", "warm", "plain"]):
-                extra = ["--register"] if mode.endswith("registered") else []
-                sample = h.run_child(script, argv + extra, "plain" if mode == "plain" else "overmind",
-                                     f"gpu-{mode.replace(', ', '-')}{i}", runtime_dir=None if mode == "plain" else rt)
+            for mode in (list(modes) if i % 2 == 0 else list(reversed(modes))):
+                env = modes[mode]
+                sample = h.run_child(script, argv, "plain" if env is None else "overmind",
+                                     f"gpu-{mode.replace(', ', '-')}{i}", runtime_dir=None if env is None else rt,
+                                     env=env)
                 groups[mode].append(sample)
                 print(f"  gpu rep {i + 1}/{n} {mode}: {sample['gb_per_s']:.2f} GB/s", file=sys.stderr, flush=True)
     measures = [("gb_per_s", "pipe.to('cuda') throughput", "GB/s"), ("times.to_cuda", "pipe.to('cuda')", "s"),
-                ("times.register", "cudaHostRegister of the mappings", "s"),
-                ("times.register_and_copy", "register + copy", "s"), ("times.from_pretrained", "load", "s")]
-    ratios = [("to('cuda') time: plain / warm", report.pair_ratios(groups["plain"], groups["warm"], "times.to_cuda")),
-              ("to('cuda') time: plain / warm registered (copy only)",
-               report.pair_ratios(groups["plain"], groups["warm, registered"], "times.to_cuda")),
-              ("to('cuda') time: plain / warm registered (register + copy)",
-               report.pair_ratios(groups["plain"], groups["warm, registered"], "times.register_and_copy"))]
+                ("registered_bytes", "bytes registered with the driver", "B"),
+                ("times.from_pretrained", "load", "s")]
+    ratios = [("to('cuda') time: plain / warm, pageable",
+               report.pair_ratios(groups["plain"], groups["warm, pageable"], "times.to_cuda")),
+              ("to('cuda') time: plain / warm, pinned twins",
+               report.pair_ratios(groups["plain"], groups["warm, pinned twins"], "times.to_cuda"))]
     return report.table(groups, measures) + "\n\n" + report.ratio_table(ratios), groups
 
 

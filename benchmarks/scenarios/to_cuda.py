@@ -1,13 +1,11 @@
 """Scenario 8 (needs CUDA): the blog pipeline moved to the GPU, ``pipe.to('cuda')``, timed in GB/s.
 
-    python benchmarks/scenarios/to_cuda.py CKPT DEPTH EDGE [--register]
+    python benchmarks/scenarios/to_cuda.py CKPT DEPTH EDGE
 
 After the blog's four calls (plain, or served by Overmind), the process times ``pipe.to("cuda")`` with the
-device synchronised on both sides. ``--register`` first registers every Overmind mapping of the process as
-pinned host memory (``cudaHostRegister``) and times that separately, so the copy runs by DMA from the
-shared pages instead of being staged through a pinned bounce buffer. The ranges are registered read-only
-(``cudaHostRegisterReadOnly``) where the driver allows it: pinning a copy-on-write mapping for writing
-would make the kernel copy every page privately first, undoing the sharing.
+device synchronised on both sides. Served by Overmind, the copy reads the private mappings' pageable pages, or,
+with ``OVERMIND_PINNED_COPIES=1``, the pinned read-only twins of the entries' mappings (``overmind.shm.twins``;
+their registration with the driver happens inside the timed call).
 """
 import time
 
@@ -19,13 +17,10 @@ import sys  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import child  # noqa: E402
 
-CUDA_HOST_REGISTER_READ_ONLY = 0x08
-
 ap = argparse.ArgumentParser()
 ap.add_argument("ckpt")
 ap.add_argument("depth")
 ap.add_argument("edge")
-ap.add_argument("--register", action="store_true")
 args = ap.parse_args()
 ckpt, depth, edge = args.ckpt, args.depth, args.edge
 
@@ -50,42 +45,16 @@ cn_edge = ControlNetModel.from_pretrained(edge, torch_dtype=torch.float16, varia
 pipe = StableDiffusionControlNetPipeline.from_pretrained(ckpt, vae=vae, controlnet=[cn_edge, cn_depth], torch_dtype=torch.float16, safety_checker=None)
 sw.times["from_pretrained"] = time.perf_counter() - t_calls
 nbytes = child.weight_bytes(pipe)
-
-
-def overmind_ranges() -> list[tuple[int, int]]:
-    """(address, length) of every mapping of an Overmind memfd in this process, from /proc/self/maps."""
-    out = []
-    with open("/proc/self/maps") as f:
-        for line in f:
-            if "memfd:overmind" in line:
-                lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
-                out.append((lo, hi - lo))
-    return out
-
-
-registered, flags_used = 0, None
-if args.register:
-    cudart = torch.cuda.cudart()
-    with sw("register"):
-        for addr, length in overmind_ranges():
-            for flags in (CUDA_HOST_REGISTER_READ_ONLY, 0):
-                err = cudart.cudaHostRegister(addr, length, flags)
-                if int(err) == 0:
-                    registered += length
-                    flags_used = flags
-                    break
-keep = child.storages(pipe)  # the CPU pages stay mapped (and registered) until unregistered below
+keep = child.storages(pipe)  # the CPU pages stay mapped (and their twins registered) until the report
 torch.cuda.synchronize()
 t = time.perf_counter()
 pipe = pipe.to("cuda")
 torch.cuda.synchronize()
 sw.times["to_cuda"] = time.perf_counter() - t
-if args.register:
-    sw.times["register_and_copy"] = sw.times["register"] + sw.times["to_cuda"]
-if registered:
-    for addr, _ in overmind_ranges():
-        torch.cuda.cudart().cudaHostUnregister(addr)
+registered = 0
+if "overmind.shm.twins" in sys.modules:
+    registered = sys.modules["overmind.shm.twins"].state().registered_bytes
 del keep
 child.emit(**facts, times=sw.times, weight_bytes=nbytes, gb_per_s=nbytes / sw.times["to_cuda"] / 1e9,
-           registered_bytes=registered, register_flags=flags_used, gpu=torch.cuda.get_device_name(),
+           registered_bytes=registered, gpu=torch.cuda.get_device_name(),
            python_s=time.perf_counter() - _t_process)

@@ -71,23 +71,25 @@ def test_a_client_in_its_own_pid_and_mount_namespace_gets_a_zero_copy_hit(overmi
 
 
 def test_the_kubernetes_layout_shares_one_directory_at_one_uid():
-    """docs/deployment.md's manifests: the DaemonSet and the pod mount the same hostPath where
+    """deploy/kubernetes (shown in docs/deployment.md): the DaemonSet and the workload mount the same hostPath where
     OVERMIND_RUNTIME_DIR points, as the same uid."""
     yaml = pytest.importorskip("yaml")
-    doc = (pathlib.Path(SUPPORT).parent / "docs" / "deployment.md").read_text()
-    (block,) = [b.split("```", 1)[0] for b in doc.split("```yaml")[1:]]
-    daemonset, pod = list(yaml.safe_load_all(block))
-    assert daemonset["kind"] == "DaemonSet" and pod["kind"] == "Pod"
+    folder = pathlib.Path(SUPPORT).parent / "deploy" / "kubernetes"
+    (daemonset,) = [d for d in yaml.safe_load_all((folder / "overmind-daemonset.yaml").read_text())
+                    if d and d["kind"] == "DaemonSet"]
+    (workload,) = [d for d in yaml.safe_load_all((folder / "inference-deployment.yaml").read_text())
+                   if d and d["kind"] == "Deployment"]
 
     def layout(spec):
         (container,) = spec["containers"]
-        env = {e["name"]: e["value"] for e in container["env"]}
+        env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
         mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-        paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"]}
+        paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
         (name,) = [n for n, path in mounts.items() if path == env["OVERMIND_RUNTIME_DIR"]]
-        return paths[name], spec["securityContext"]["runAsUser"], container
+        uid = container.get("securityContext", {}).get("runAsUser") or spec["securityContext"]["runAsUser"]
+        return paths[name], uid, container
 
     node_dir, server_uid, server = layout(daemonset["spec"]["template"]["spec"])
-    pod_dir, pod_uid, _ = layout(pod["spec"])
+    pod_dir, pod_uid, _ = layout(workload["spec"]["template"]["spec"])
     assert node_dir == pod_dir and server_uid == pod_uid
     assert server["command"][:2] == ["overmind", "serve"]

@@ -1,11 +1,11 @@
-"""A loader that draws from the global random generators is never served from the cache (``loading/randomness.py``).
+"""A loader that draws from the global random generators is served as the variant of their states
+(``loading/randomness.py``).
 
-The plain call's values depend on where it found the generators, and it leaves them further on; a hit would
-give the first call's values and leave them where they were. Hypothesis generates loaders (draws from torch,
-``random`` and NumPy, seeding, a private ``torch.Generator``, nothing) and generator states; each is called
-plain, then twice through ``overmind.load`` from the same state, against a real server. Every call must give
-the plain values and leave every generator as the plain call left it; a loader that draws nothing global must
-still be served from the cache the second time (so the property cannot hold by caching nothing).
+The plain call's values depend on where it found the generators, and it leaves them further on. Hypothesis
+generates loaders (draws from torch, ``random`` and NumPy, seeding, a private ``torch.Generator``, nothing) and
+generator states; each is called plain, then twice through ``overmind.load`` from the same state, against a real
+server. Every call must give the plain values and leave every generator as the plain call left it, and the second
+call must be served from the cache without running the loader (so the property cannot hold by caching nothing).
 """
 from __future__ import annotations
 
@@ -18,14 +18,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import overmind
-from overmind.client import connection as client_mod
 from overmind.loading import randomness
+from overmind.testing import clear_calls, record_call, recorded_calls
 
 GLOBAL_OPS = ("torch", "torch-discarded", "random", "numpy", "seed-torch", "seed-random", "seed-then-draw")
 LOCAL_OPS = ("private-generator", "nothing")
 
 
 def load_with_draws(ops: tuple, n: int):
+    record_call(ops)
     out = torch.arange(float(n))
     for op in ops:
         if op == "torch":
@@ -59,27 +60,23 @@ def _states() -> tuple:
     return (bytes(torch.get_rng_state().numpy()), random.getstate(), (name, keys.tobytes(), pos, has_gauss, gauss))
 
 
-def _hits() -> int:
-    return sum(e["hits"] for e in client_mod.get_client().ls())
-
-
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(ops=st.lists(st.sampled_from(GLOBAL_OPS + LOCAL_OPS), max_size=3).map(tuple),
-       n=st.integers(1, 6), seed=st.integers(0, 2**40))
-def test_a_loader_that_draws_is_never_served_and_leaves_the_generators_as_plain(overmind_runtime, ops, n, seed):
+       n=st.integers(1, 6), seed=st.integers(0, 2**32 - 1))
+def test_a_loader_that_draws_is_served_from_the_same_states_and_leaves_the_generators_as_plain(
+        overmind_runtime, ops, n, seed):
     _seed_all(seed)
     plain = load_with_draws(ops, n)
     plain_after = _states()
     for attempt in ("first", "second"):
         _seed_all(seed)
-        hits = _hits()
+        clear_calls()
         got = overmind.load(load_with_draws, ops, n)
         assert torch.equal(got, plain), (ops, attempt)
         assert _states() == plain_after, (ops, attempt, "the generators are not where the plain call left them")
         if attempt == "second":
-            draws = any(op in GLOBAL_OPS for op in ops)
-            assert _hits() == hits + (0 if draws else 1), (ops, "a hit" if draws else "no hit")
+            assert recorded_calls() == [], (ops, "the second call from the same states ran the loader")
 
 
 def test_moved_names_each_generator_and_ignores_a_private_one():
@@ -99,6 +96,7 @@ def test_torch_imported_by_the_loader_is_compared_with_its_starting_state():
     script = """
 import sys
 from overmind.loading import randomness
+from overmind.testing import clear_calls, record_call, recorded_calls
 from overmind.testing import report
 before = randomness.snapshot()
 assert "torch" not in before
@@ -118,6 +116,7 @@ def test_numpy_imported_by_the_loader_is_compared_with_a_new_generator(draws):
 
     script = f"""
 from overmind.loading import randomness
+from overmind.testing import clear_calls, record_call, recorded_calls
 from overmind.testing import report
 before = randomness.snapshot()
 assert "numpy.random" not in before, sorted(before)
@@ -146,9 +145,33 @@ def test_random_first_seen_after_the_loader_is_compared_with_a_new_generator(dra
 
 
 @pytest.mark.parametrize("op", ["torch", "seed-torch"])
-def test_a_drawing_loader_says_why_it_is_not_cached(overmind_runtime, caplog, op):
+def test_a_drawing_loader_says_which_generators_its_entry_varies_with(overmind_runtime, caplog, op):
     import logging
 
-    with caplog.at_level(logging.DEBUG, logger="overmind"):
+    torch.manual_seed(0)
+    with caplog.at_level(logging.INFO, logger="overmind"):
         overmind.load(load_with_draws, (op,), 2)
-    assert any("drew from the global random generators torch" in r.getMessage() for r in caplog.records)
+    assert any("a variant by the random generator torch" in r.getMessage() for r in caplog.records)
+
+
+def test_a_loader_that_starts_a_generator_from_the_os_and_draws_says_why_it_is_not_cached(overmind_runtime):
+    """Nothing imports NumPy before this loader does: its draws start from a state no other process has."""
+    from overmind.testing import run_fresh
+
+    script = """
+import logging, sys, io
+import overmind
+from overmind.testing import report
+stream = io.StringIO()
+logging.basicConfig(stream=stream, level=logging.DEBUG)
+from _support.numpy_loaders import first_numpy_draw
+assert "numpy" not in sys.modules
+overmind.load(first_numpy_draw)
+report({"log": stream.getvalue(), "entries": len(overmind.cache_info().entries)})
+"""
+    from _support import pythonpath_env
+
+    out = run_fresh(script, env={"PYTHONPATH": pythonpath_env()})
+    assert "in a state no other process starts from (seeded from the OS" in out["log"]
+    assert "numpy.random" in out["log"]
+    assert out["entries"] == 0

@@ -394,7 +394,9 @@ def test_a_once_only_method_defined_while_the_loader_runs_is_followed_by_its_fra
     cold = run_fresh(LATE_SCRIPT, env={**env, "ACTIVE": "1"})
     warm = run_fresh(LATE_SCRIPT, env={**env, "ACTIVE": "1"})
     assert cold["records"] == plain["records"] and warm["records"] == plain["records"]
-    assert cold["hits"] == 1 and warm["hits"] == 3, "published by the first call, served to the next three"
+    # Each serving is two hits: the call's marker (its entry varies with late_once_module.py, which the loader
+    # imports: loading/code_deps.py) and the variant of that file.
+    assert cold["hits"] == 2 and warm["hits"] == 6, "published by the first call, served to the next three"
 
 
 def test_odd_once(self, message):  # not transformers' (self, *args, **kwargs): its call cannot be read back

@@ -10,6 +10,8 @@ an :class:`~overmind.adapters.discovery.AdapterError` under ``activate(strict=Tr
 """
 from __future__ import annotations
 
+import sys
+
 from . import fallback
 from ._util import interrupts
 from ._util.lazy_logger import logger
@@ -157,6 +159,9 @@ def deactivate() -> None:
             for t in reversed(state.targets):
                 patching.restore(t)
             state.targets = []
+    copies = sys.modules.get("overmind.shm.gpu_copies")  # torch.nn.Module.to/.cuda, replaced while twins live
+    if copies is not None:
+        copies.uninstall()
 
 
 def reset() -> None:

@@ -53,8 +53,9 @@ if TYPE_CHECKING:
 __all__ = ["hookimpl", "PatchTarget", "Spec", "resolve", "resolve_roots", "collect", "waiting_modules", "owns",
            "label", "warn",
            "version_of", "dist_of", "Uncacheable", "uncacheable", "NotCacheable", "NotCachedByDesign",
-           "meta_intended", "PicklingFailed", "raise_users", "patch_now", "is_patched", "get_original",
-           "fingerprint", "load_memo", "logger", "in_cache_mapping", "pages_untouched", "reduce_script_module"]
+           "meta_intended", "code_keyed_by_adapter", "PicklingFailed", "raise_users", "patch_now", "is_patched",
+           "get_original", "fingerprint", "load_memo", "logger", "in_cache_mapping", "pages_untouched",
+           "reduce_script_module"]
 
 
 # --- what an adapter says when it cannot do its job ------------------------------------------------------
@@ -85,6 +86,18 @@ def meta_intended() -> None:
     from .entries.codec import intend_meta  # at call time: the entry codec imports torch
 
     intend_meta()
+
+
+def code_keyed_by_adapter(*prefixes: str) -> None:
+    """Say that modules under these names (``"transformers_modules"``) hold code this adapter keys itself and
+    carries in its entries (a library's copies of a model folder's code): the core then does not make an entry
+    vary with their files (a loader's user modules do, see ``overmind/loading/code_deps.py``).
+
+    >>> code_keyed_by_adapter("transformers_modules", "diffusers_modules")
+    """
+    from .adapters import discovery
+
+    discovery.code_keyed_prefixes.update(prefixes)
 
 
 def uncacheable(reason: str) -> Uncacheable:

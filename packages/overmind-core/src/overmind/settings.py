@@ -158,6 +158,10 @@ DECLARED: tuple[Setting, ...] = (
     Setting("OVERMIND_FILE_REFERENCES", "file_references", True, _BOOL,
             "a storage that is an untouched private mapping of a checkpoint file (a lazy safetensors load) is "
             "referenced in that file, not copied into shared memory", parse_bool, "maybe"),
+    Setting("OVERMIND_PINNED_COPIES", "pinned_copies", False, _BOOL,
+            "with a CUDA build of torch, copy a hit's weights to a GPU (module.to('cuda'), a cached GPU load) from a "
+            "read-only shared mapping of the entry pinned with the driver: pinned rate, no private copy; off by "
+            "default: registration's cost varies by machine (docs/benchmarks.md, On a GPU)", parse_bool, "fast"),
     Setting("OVERMIND_DEDUP", "dedup", True, _BOOL,
             "a storage of 64 KiB or more whose bytes an entry already holds is referenced there, not written again "
             "(found by a sampled hash, confirmed by a byte compare)", parse_bool, "twice"),
@@ -206,6 +210,7 @@ class Settings(Frozen):
     progress: bool
     progress_delay: float
     file_references: bool
+    pinned_copies: bool
     dedup: bool
     write_once: bool
     log_max_bytes: int

@@ -22,7 +22,8 @@ from typing import Any, Iterable
 
 from overmind.adapter import raise_users
 
-PREFIXES = ("transformers_modules", "diffusers_modules")
+from .adapter import DYNAMIC_MODULE_PREFIXES as PREFIXES
+
 _MAX_WALK = 200_000  # objects visited when looking for classes; a pipeline of SD size is ~20k
 
 

@@ -12,7 +12,7 @@ merges list (plain pickle, fast), and the added tokens with their ids. The vocab
 own, as one ``bytes`` inside the entry's pickle, and read back inside the rebuild: their ~100k strings and tuples
 then live only while ``BPE()`` copies them. Unpickled as part of a pipeline they lived until its whole unpickle
 ended (the unpickler's memo holds every object), and the modules allocated meanwhile kept the freed memory
-resident: ~3 MiB of empty allocator pools in every process (docs/benchmarks.md, nineteenth session).
+resident: ~3 MiB of empty allocator pools in every process (docs/benchmarks.md, "Memory").
 Rebuilding sets ``shell.model = BPE(vocab, merges, ...)`` and adds the added tokens back, then checks that every
 added token got its recorded id, and falls back to the full JSON if not. Other model types (WordPiece, Unigram,
 WordLevel) keep the JSON.

@@ -68,6 +68,9 @@ _manager: Any = None
 _discovered = False
 _pending: list[tuple[str, Any]] = []  # (name, plugin) of the adapters discovery loaded, in order, to register
 _states: dict[str, AdapterState] = {}
+# Module names whose code an adapter keys and carries itself (the kit's code_keyed_by_adapter): no entry varies with
+# their files (loading/code_deps.py).
+code_keyed_prefixes: set[str] = set()
 _generation = 0  # changes whenever an adapter is registered or forgotten: caches of hook results key on it
 
 

@@ -244,12 +244,14 @@ def server_env() -> dict[str, str]:
     """The server's environment: this one, with this overmind first on its path (the server must import
     the same overmind as this client, even one found via sys.path tweaks rather than installed into
     sys.executable's environment). A setting the client refused (and warned about) is left out, so the server
-    uses its default as the client does, instead of failing to start on it."""
+    uses its default as the client does, instead of failing to start on it. ``NOTIFY_SOCKET`` is left out too: a
+    server started on demand is not the main process of the service its client may run in, and must not report
+    that service ready (``server/daemon.py``'s ``_notify_ready``)."""
+    from .. import _version
     from ..settings import clean_env
 
     env = clean_env(os.environ)
-    from .. import _version
-
+    env.pop("NOTIFY_SOCKET", None)
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(_version.__file__)))  # the folder holding overmind/
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     return env

@@ -42,6 +42,7 @@ from ..errors import PicklingFailed
 from ..keys import local_classes
 from ..native import tensors, zerocopy
 from ..native.tensors import UntypedStorageArg
+from ..shm import gpu_copies
 from ..shm.placer import Placer
 from . import arguments_ref, deep_recursion, external_resources
 
@@ -395,7 +396,7 @@ class _StorageLoader:
             if untyped is None:
                 untyped = self._source(where, offset, nbytes)
                 if device is not None:
-                    untyped = torch.empty(0, dtype=torch.uint8).set_(untyped).to(device).untyped_storage()
+                    untyped = gpu_copies.to_device(untyped, device)
                 self._built[ident] = untyped
             return untyped if dtype is None else _wrap(untyped, dtype)
         kind = pid[0]

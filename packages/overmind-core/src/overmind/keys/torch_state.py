@@ -16,7 +16,8 @@ Two calls with equal arguments can still have different plain results:
 imported nothing can have set it, and a loader that imports torch starts from torch's defaults: the key part is
 then those defaults, so a call keys alike before and after the user's ``import torch``.
 
-Not here: the global random generators. A loader that draws from them is not cached at all (``loading/randomness.py``).
+Not here: the global random generators. A call that draws from them is varied by their states
+(``loading/randomness.py``).
 """
 from __future__ import annotations
 

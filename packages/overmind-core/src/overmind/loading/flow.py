@@ -27,11 +27,16 @@ from ..entries import arguments_ref, codec
 from ..errors import OvermindError, ServerError
 from ..keys import key, provenance, torch_state
 from ..shm import arena
-from . import randomness, scope
+from . import code_deps, randomness, scope
+from . import vary as vary_mod
 from .replay import loader_logs, loader_warnings
 
 log = logging.getLogger("overmind")
 _local = threading.local()
+# Keys this process loads under the claim the server it started holds for it (claim_by_starting): the server
+# grants that claim to any thread of the process, so the process's other threads wait here for the first one.
+_start_claims: dict[str, threading.Event] = {}
+_start_lock = threading.Lock()
 NESTED_WAIT_S = 60.0  # a nested load waits less: two processes waiting on each other's claims must not hang
 
 
@@ -78,7 +83,7 @@ class _Recheck:
 
     def unchanged(self, ck: key.CacheKey) -> bool:
         try:
-            return key.make_key(self.loader, self.arguments, self.extra, _value_hook).key == ck.key
+            return key.make_key(self.loader, self.arguments, self.extra, _value_hook).key == vary_mod.base_key(ck.key)
         except key.Unkeyable:
             return False
 
@@ -96,7 +101,9 @@ def _wait_timeout(nested: bool) -> float:
 
 
 def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict,
-                 recheck: _Recheck | None = None, arguments: dict | None = None) -> Any:
+                 recheck: _Recheck | None = None, arguments: dict | None = None, vary: list[str] | None = None) -> Any:
+    """Serve ``ck`` (a hit), or run the loader under this process's claim and publish. ``vary``: ``ck`` is a variant
+    of a call that draws from these generators (loading/randomness.py)."""
     fn, stack = loader.fn, _loading_stack()
     call_frame = sys._getframe()  # where the loader's warnings count their stacklevel from (replay/loader_warnings.py)
     if ck.key in stack:
@@ -108,16 +115,34 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         wait_s = _wait_timeout(nested=bool(stack))
         client = get_client()
         # No server yet: this load is a miss, claimed by the server this process starts for it (handoff.py).
-        res = GetResult("claimed") if client.claim_by_starting(ck.key) else \
-            client.get(ck.key, claim=True, wait=True, timeout=wait_s)
+        with _start_lock:
+            loading_here = _start_claims.get(ck.key)
+            started = loading_here is None and client.claim_by_starting(ck.key)
+            if started:
+                _start_claims[ck.key] = threading.Event()
+        if loading_here is not None:  # another thread of this process loads it: its publish is this call's hit
+            loading_here.wait(wait_s)
+        res = GetResult("claimed") if started else client.get(ck.key, claim=True, wait=True, timeout=wait_s)
     except OvermindError as e:
         fallback.server_unavailable(loader.name, e)
         return fn(*args, **kwargs)
     if res.status == "hit":
         assert res.entry is not None  # a hit carries its entry
+        meta = res.entry.get("meta") or {}
+        if vary is None and isinstance(meta.get(vary_mod.MARKER), list):
+            # The call depends on state outside its key (random generators, the user's modules): its result is the
+            # variant of that state now (loading/vary.py).
+            res.close()
+            names = [str(n) for n in meta[vary_mod.MARKER]]
+            variant_key = vary_mod.variant_key(ck.key, names)
+            if variant_key is None:
+                log.debug("overmind: not serving %s: a module it depends on changed since this process imported it",
+                          loader.name)
+                return fn(*args, **kwargs)
+            variant = key.CacheKey(variant_key, ck.summary, ck.ambient)
+            return _cached_call(loader, variant, args, kwargs, recheck, arguments, vary=names)
         try:
             obj = codec.decode(res.entry, res.fds, arguments)
-            meta = res.entry.get("meta") or {}
             warned = loader_warnings.Replay(meta.get("warnings"), call_frame)
             logged = loader_logs.Replay(meta.get("logs"))
             other_logging = logged.differs()  # after the rebuild: the libraries it imports have set their loggers
@@ -144,6 +169,9 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
             del obj
             log.debug("overmind: not serving entry %s of %s: %s", ck.key[:12], loader.name, other_logging)
             return fn(*args, **kwargs)
+        after = meta.get(randomness.AFTER)
+        if after:  # the generators where the plain call leaves them
+            randomness.restore(after)
         # The loader's warnings and log records, as the plain call gives them; outside the fallback: an "error"
         # filter raises here
         warned.issue(between=logged.emit)
@@ -155,18 +183,24 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         return fn(*args, **kwargs)
 
     try:
-        return _load_claimed(client, loader, ck, args, kwargs, recheck, arguments, stack, call_frame)
+        return _load_claimed(client, loader, ck, args, kwargs, recheck, arguments, stack, call_frame, vary)
     except BaseException:
         # The loader raised, or Ctrl-C / a signal handler's exception arrived anywhere while this call held the
         # claim: give it back now, or other processes wait on it until this connection closes.
         _release(client, ck.key)
         raise
+    finally:
+        if started:
+            with _start_lock:
+                _start_claims.pop(ck.key).set()
 
 
 def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict,
-                  recheck: _Recheck | None, arguments: dict | None, stack: list, call_frame: Any = None) -> Any:
+                  recheck: _Recheck | None, arguments: dict | None, stack: list, call_frame: Any = None,
+                  vary: list[str] | None = None) -> Any:
     """Run the loader under this call's claim, then publish; exceptions of the loader propagate. The warnings it
-    issues are shown as plain shows them, and kept in the entry for hits (``loading/replay/loader_warnings.py``)."""
+    issues are shown as plain shows them, and kept in the entry for hits (``replay/loader_warnings.py``). A loader that
+    drew from the global generators is published as a variant of its call (loading/randomness.py)."""
     fn = loader.fn
     run = fallback.LoaderRun(outermost=not stack)
     stack.append(ck.key)
@@ -176,6 +210,7 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
     try:
         try:
             generators = randomness.snapshot()
+            modules_before, call_start_ns = code_deps.modules_now(), time.time_ns()
             with loader_warnings.recording(call_frame) as warned, \
                     loader_logs.recording(lambda: len(warned.records)) as logged:
                 result = fn(*args, **kwargs)
@@ -191,16 +226,31 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
             _release(client, ck.key)
             log.debug("overmind: not caching %s: %s", loader.name, unsure)
             return result
-        drew = randomness.moved(generators)
-        if drew:  # a hit would neither draw the same values nor move the generators: not cached (loading/randomness.py)
+        drew = randomness.movement(generators)
+        code, code_refusal = code_deps.dependencies(fn, modules_before, call_start_ns)
+        names = drew.names + code
+        unvaried = code_refusal or _unvaried(drew, names, vary)
+        if unvaried is not None:  # no entry can say what this result came from: not cached
             _release(client, ck.key)
-            log.debug("overmind: not caching %s: it drew from the global random generators %s", loader.name,
-                      ", ".join(drew))
+            log.debug("overmind: not caching %s: %s", loader.name, unvaried)
             return result
+        target = ck
+        after = {randomness.AFTER: randomness.encode_after(drew.names)} if drew.names else None
+        if names and vary is None:
+            variant_key = vary_mod.variant_key(ck.key, names, generators)
+            if variant_key is None:
+                _release(client, ck.key)
+                log.debug("overmind: not caching %s: a module it depends on changed since this process imported it",
+                          loader.name)
+                return result
+            target = key.CacheKey(variant_key, ck.summary, ck.ambient)
         try:
-            rebuilt = publish(client, loader, ck, result, arguments, recheck, load_arena, warned.records,
-                              logged.for_entry())
-            log.info("overmind: published %s (entry %s) in %.3f s", loader.name, ck.key[:12],
+            rebuilt = publish(client, loader, target, result, arguments, recheck, load_arena, warned.records,
+                              logged.for_entry(), after)
+            if target is not ck:  # the call's key names what its variants vary with
+                _publish_marker(client, loader, ck, names)
+            log.info("overmind: published %s (entry %s%s) in %.3f s", loader.name, ck.key[:12],
+                     f", a variant by {', '.join(_short(n) for n in names)}" if names else "",
                      time.perf_counter() - t1)
         except (KeyChanged, codec.UnexpectedMeta) as e:  # the result is not what the key describes: not cached
             _release(client, ck.key)
@@ -220,6 +270,32 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
     return rebuilt
 
 
+def _short(name: str) -> str:
+    """A vary name for a log line: a generator's name, a module's file name."""
+    if name.startswith(code_deps.PREFIX):
+        return os.path.basename(name)
+    return f"the random generator {name}"
+
+
+def _unvaried(drew: randomness.Movement, names: list[str], vary: list[str] | None) -> str | None:
+    """Why a call cannot be published as a variant (None: it can)."""
+    if drew.unrepeatable:
+        return (f"it drew from global random generators {', '.join(drew.unrepeatable)} in a state no other process "
+                f"starts from (seeded from the OS, or a CUDA device it initialised); seed them before the load "
+                f"(torch.manual_seed) to have it cached")
+    if vary is not None and not set(names) <= set(vary):
+        return (f"it depends on {', '.join(sorted(set(names) - set(vary)))} besides what its entry varies with "
+                f"({', '.join(vary)})")
+    return None
+
+
+def _publish_marker(client, loader: key.Loader, ck: key.CacheKey, names: list[str]) -> None:
+    """Publish under the call's key the marker that sends hits to the variant of their generators' states."""
+    encoded = codec.encode(None, loader, ck.summary)
+    encoded.meta[vary_mod.MARKER] = list(names)
+    _publish(client, ck, encoded).close()
+
+
 def _release(client, cache_key: str) -> None:
     try:
         client.release(cache_key)
@@ -234,7 +310,7 @@ class KeyChanged(OvermindError):
 
 def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments: dict | None = None,
             recheck: _Recheck | None = None, load_arena: arena.Arena | None = None,
-            warned: list | None = None, logged: dict | None = None) -> Any:
+            warned: list | None = None, logged: dict | None = None, extra_meta: dict | None = None) -> Any:
     """Write ``result`` as an entry, publish it under ``ck`` and return it rebuilt from there, or ``result`` itself
     where a rebuild would gain nothing (:func:`_plain_result_will_do`).
 
@@ -243,7 +319,8 @@ def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments
     before anything is written: a key that changed raises :class:`KeyChanged`. ``load_arena``: the loader's
     closed arena, whose memfd becomes the entry (``shm/arena.py``). ``warned``: the loader's warnings, which a hit
     issues again (``loader_warnings.Recording.records``); ``logged``: its log records and the logging answers it
-    got (``loader_logs.Recording.for_entry``).
+    got (``loader_logs.Recording.for_entry``). ``extra_meta``: more of the entry's meta (a variant's generator
+    states after the call).
     """
     def before_write() -> None:
         if recheck is not None and not recheck.unchanged(ck):
@@ -253,14 +330,14 @@ def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments
     try:
         encoded = codec.encode(result, loader, ck.summary, arguments, before_write=before_write, arena=load_arena,
                                expect_meta=expect_meta)
-        res = _publish(client, ck, encoded, warned, logged)
+        res = _publish(client, ck, encoded, warned, logged, extra_meta)
     except (ServerError, codec.FileChanged) as e:
         if e.reason not in _COPY_INSTEAD:
             raise
         # An entry this one references was evicted meanwhile, or a checkpoint file it references changed: write
         # the bytes themselves instead.
         encoded = codec.encode(result, loader, ck.summary, arguments, reference_mapped=False, expect_meta=expect_meta)
-        res = _publish(client, ck, encoded, warned, logged)
+        res = _publish(client, ck, encoded, warned, logged, extra_meta)
     if _plain_result_will_do(result, encoded):
         for fd in res.fds.values():
             os.close(fd)
@@ -287,7 +364,9 @@ _COPY_INSTEAD = ("dep missing", "file changed")
 
 
 def _publish(client, ck: key.CacheKey, encoded: codec.Encoded, warned: list | None = None,
-             logged: dict | None = None):
+             logged: dict | None = None, extra_meta: dict | None = None):
+    if extra_meta:
+        encoded.meta.update(extra_meta)
     if warned:
         encoded.meta["warnings"] = warned
     if logged:

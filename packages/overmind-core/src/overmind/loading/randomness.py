@@ -1,31 +1,51 @@
-"""The process's global random generators: a loader that draws from them is not cached.
+"""The process's global random generators: what a loader drew, so that its entry can vary with them.
 
 A plain call that draws (a head the checkpoint lacks, initialised at random; a user's ``Net()`` built at random and
-then overwritten by ``load_state_dict``; a loader that seeds and samples) leaves the
-generator further on than it found it, and may return values that depend on where it found it. A hit would do
-neither: it would return the first call's values and leave the generator where it is, so every later
-``torch.randn`` of the user's would differ from the plain run's. Overmind therefore looks at the generators
-before and after a miss's loader runs, and a call that moved any of them is returned as the loader made it and
-not published (slow, never wrong). A hit cannot draw: an entry exists only for a call that drew nothing.
+then overwritten by ``load_state_dict``; a loader that seeds and samples) returns values that may depend on where it
+found the generators, and leaves them further on. Its result is a function of the call's key *and* of the
+generators' states before the call, and the generators' states after the call are a function of the same. So
+the entry varies with them (:mod:`.vary`): the call's key holds a marker naming the generators the loader moved,
+and the result is published as the variant of those generators' states before the call (:func:`states_for`), with
+their states after it (:func:`encode_after`). A hit digests the process's current states, finds the variant made
+from the same states, and sets the generators to the recorded after-states (:func:`restore`): the result is
+what the plain call returns from there, and the process is exactly where the plain call would leave it. A script
+that seeds (``torch.manual_seed``, ``random.seed``, ``numpy.random.seed``) before it loads reaches the same states
+in every run, so these loaders hit from the next process on, draws made between the seed and the load included.
+
+torch seeds its default generator from the OS at start-up (``torch.initial_seed()`` is then a 64-bit number no
+script chooses): a call that draws from it before any seed was set starts from a state no other process has, and a
+variant made from it would never be served. Such a call is not published (:attr:`Movement.unrepeatable`, logged);
+the loader runs as plain. A seed of 2**32 or more is taken for the OS's.
 
 The generators looked at are those a loader reaches without being given one: torch's default CPU generator,
 each initialised CUDA device's default generator (CUDA is never initialised here), Python's ``random`` module
-and NumPy's legacy global ``numpy.random`` state. torch seeds its generator at import with a seed it keeps
-(``torch.initial_seed()``), so a loader that imports torch itself and draws is caught too (the state is compared
-with a generator given that seed; one that only seeds it is not). ``random`` and NumPy seed theirs from the OS
-at import and keep no seed; for a loader that is the first to import one of them, the generator's position in its
-Mersenne Twister block and its cached Gaussian are compared with a new generator's: any draw moves them, except
-a draw of exactly a multiple of the block (624 words) right after the import, which is not caught (``random`` is
-imported by the standard library's own modules long before a loader runs; NumPy by torch's import). An explicit
-``torch.Generator`` argument is not a global one; the key refuses it (``Unkeyable``).
+and NumPy's legacy global ``numpy.random`` state. An explicit ``torch.Generator`` argument is not a global one;
+the key refuses it (``Unkeyable``).
+
+A generator imported during the call is compared with where it starts (:func:`movement`):
+
+- torch: with the state its import seeded (``torch.initial_seed()``), as a hit in a process without torch computes
+  it; drawn from, that state is the OS's (above);
+- ``random`` and NumPy seed theirs from the OS at import and keep no seed: the generator's position in its
+  Mersenne Twister block and its cached Gaussian are compared with a new generator's. A loader that is the first
+  to import one of them and draws from it starts from a state no other process has: not cached
+  (:attr:`Movement.unrepeatable`). A draw of exactly a multiple of the block (624 words) right after the import is
+  not seen (``random`` is imported by the standard library's own modules long before a loader runs; NumPy by
+  torch's import);
+- a CUDA device initialised during the call starts from torch's seed; a draw there moves it from that state, and
+  such a call is not cached (a hit process may not have the device initialised to digest it).
 """
 from __future__ import annotations
 
+import base64
 import sys
+from typing import Any, NamedTuple
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
+from .._util import interrupts
+
+AFTER = "random_after"  # entry meta of a variant: the generators' states after the call (encode_after)
+_SEED = "torch.initial_seed"  # in a snapshot beside the generators: the seed torch's generator was last given
+OS_SEED_FLOOR = 2**32  # torch's own seeds are 64-bit draws from the OS; a script's are small numbers
 
 
 def snapshot() -> dict[str, Any]:
@@ -37,6 +57,7 @@ def snapshot() -> dict[str, Any]:
     torch = sys.modules.get("torch")
     if torch is not None and hasattr(torch, "get_rng_state"):  # not halfway through its import
         states["torch"] = bytes(torch.get_rng_state().numpy())
+        states[_SEED] = torch.initial_seed()
         cuda = getattr(torch, "cuda", None)
         if cuda is not None and cuda.is_initialized():
             for i in range(cuda.device_count()):
@@ -48,27 +69,108 @@ def snapshot() -> dict[str, Any]:
     return states
 
 
-def moved(before: dict[str, Any]) -> list[str]:
-    """The names of the generators whose state differs from ``before`` (a :func:`snapshot`). torch imported
-    meanwhile is compared with the state it starts from; ``random`` and NumPy imported meanwhile with the position
-    a generator seeded from the OS has (:func:`_as_seeded`)."""
+class Movement(NamedTuple):
+    """What a call did to the generators: ``names`` it moved (sorted), and those among them whose state before the
+    call no other process can have (``unrepeatable``: torch's generator as its start-up seeded it, ``random`` or
+    NumPy seeded from the OS during the call, a CUDA device started)."""
+
+    names: list[str]
+    unrepeatable: list[str]
+
+
+def movement(before: dict[str, Any]) -> Movement:
+    """Compare the generators now with ``before`` (a :func:`snapshot` taken before the call)."""
     after = snapshot()
-    if "torch" in after and "torch" not in before:
-        torch = sys.modules["torch"]
-        start = torch.Generator()
-        start.manual_seed(torch.initial_seed())
-        before = dict(before, torch=bytes(start.get_state().numpy()))
-    drew = [name for name, state in before.items() if after.get(name, state) != state]
-    return drew + [name for name, state in after.items() if name not in before and not _as_seeded(name, state)]
+    seed = before.get(_SEED, after.get(_SEED))
+    before = _with_torch_start(before, after)
+    moved = [name for name, state in before.items() if name != _SEED and after.get(name, state) != state]
+    new = [name for name, state in after.items()
+           if name not in before and name != _SEED and not _as_started(name, state)]
+    os_seeded = ["torch"] if "torch" in moved and seed is not None and seed >= OS_SEED_FLOOR else []
+    return Movement(sorted(moved + new), sorted(new + os_seeded))
 
 
-def _as_seeded(name: str, state: Any) -> bool:
-    """Whether ``random``'s or NumPy's global generator, imported meanwhile, still stands where a generator seeded
-    from the OS stands (its keys are the OS's, unknown; its position and cached Gaussian are not)."""
+def moved(before: dict[str, Any]) -> list[str]:
+    """The names of the generators that moved since ``before`` (:func:`movement`'s ``names``)."""
+    return movement(before).names
+
+
+def states_for(names: list[str], states: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``names`` generators' states in ``states`` (a :func:`snapshot` taken before a call; default: now), as a
+    variant's key digests them (:mod:`.vary`). torch not imported yet counts as the state its import starts from,
+    as the plain call that imports it would find it; another generator absent counts as absent (``None``)."""
+    states = _with_torch_start(snapshot() if states is None else states, {"torch": None} if "torch" in names else {})
+    return {name: states.get(name) for name in names}
+
+
+def encode_after(names: list[str]) -> dict[str, Any]:
+    """The ``names`` generators' states now, as JSON for an entry's meta (:func:`restore` sets them back)."""
+    now = snapshot()
+    out: dict[str, Any] = {}
+    for name in names:
+        state: Any = now[name]  # a generator the call moved exists after it
+        if name == "random":
+            out[name] = [state[0], list(state[1]), state[2]]
+        elif name == "numpy.random":
+            kind, keys, pos, has_gauss, gauss = state
+            out[name] = [kind, base64.b64encode(keys).decode(), pos, has_gauss, gauss]
+        else:  # torch, torch.cuda:N: the state tensor's bytes
+            out[name] = base64.b64encode(state).decode()
+    return out
+
+
+def restore(encoded: dict[str, Any]) -> None:
+    """Set each generator named in ``encoded`` (:func:`encode_after`) to its recorded state."""
+    for name, value in encoded.items():
+        if name == "random":
+            import random
+
+            random.setstate((value[0], tuple(value[1]), value[2]))
+        elif name == "numpy.random":
+            import numpy
+
+            keys = numpy.frombuffer(base64.b64decode(value[1]), dtype=numpy.uint32).copy()
+            numpy.random.set_state((value[0], keys, value[2], value[3], value[4]))
+        else:
+            import torch
+
+            state = torch.frombuffer(bytearray(base64.b64decode(value)), dtype=torch.uint8)
+            if name == "torch":
+                torch.set_rng_state(state)
+            else:
+                torch.cuda.set_rng_state(state, int(name.rsplit(":", 1)[1]))
+
+
+def _with_torch_start(states: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """``states`` with torch's starting state filled in where torch is in ``after`` but was not imported in
+    ``states``."""
+    if "torch" not in after or "torch" in states:
+        return states
+    import torch
+
+    start = torch.Generator()
+    start.manual_seed(torch.initial_seed())
+    return dict(states, torch=bytes(start.get_state().numpy()), **{_SEED: torch.initial_seed()})
+
+
+def _as_started(name: str, state: Any) -> bool:
+    """Whether a generator that appeared during the call still stands where it starts: ``random``'s or NumPy's
+    where a generator seeded from the OS stands (its keys are the OS's, unknown; its position and cached Gaussian
+    are not); a CUDA device's where a generator given torch's seed for it stands."""
     if name == "random":
         new = sys.modules["random"].Random().getstate()
         return bool(state[1][-1] == new[1][-1] and state[2] == new[2])
     if name == "numpy.random":
         _, _, pos, has_gauss, gauss = sys.modules["numpy.random"].RandomState().get_state()
         return bool(state[2:] == (pos, has_gauss, gauss))
-    return True  # a CUDA device initialised meanwhile: its generator is seeded as torch's
+    if name.startswith("torch.cuda:"):
+        try:
+            torch = sys.modules["torch"]
+            index = int(name.rsplit(":", 1)[1])
+            start = torch.Generator(device=f"cuda:{index}")
+            start.manual_seed(torch.cuda.default_generators[index].initial_seed())
+            return bool(bytes(start.get_state().numpy()) == state)
+        except Exception as exc:  # cannot tell: counted as moved, and as unrepeatable
+            interrupts.raise_users(exc)
+            return False
+    return True

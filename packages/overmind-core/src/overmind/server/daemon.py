@@ -87,6 +87,7 @@ class Server:
             self._install_signal_handlers()
             log.info("server pid %d serving %s (budget %d bytes)", os.getpid(), self.socket_file,
                      self.store.max_bytes)
+            _notify_ready(self.socket_file)
             self._loop()
         finally:
             self._shutdown()
@@ -431,6 +432,25 @@ def _above_connections(listener: socket.socket) -> socket.socket:
         return listener
     listener.close()
     return socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=high)
+
+
+def _notify_ready(socket_file: str) -> None:
+    """Tell the service manager that started this server (systemd's ``Type=notify``) that it accepts connections:
+    ``READY=1`` on the datagram socket ``$NOTIFY_SOCKET`` names (a path, or ``@`` for an abstract name). Nothing
+    when the variable is unset. The variable is taken out of the environment, so that no process this one starts
+    (the ``overmind run`` template) speaks for the service."""
+    address = os.environ.pop("NOTIFY_SOCKET", "")
+    if address[:1] not in ("/", "@"):
+        return
+    if address[0] == "@":
+        address = "\0" + address[1:]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as notify:
+            notify.connect(address)
+            notify.sendall(f"READY=1\nSTATUS=serving {socket_file}".encode())
+    except OSError as exc:
+        log.warning("could not tell the service manager that the server is ready (NOTIFY_SOCKET %s: %s)",
+                    address.lstrip("\0"), exc)
 
 
 def _raise_fd_limit() -> None:

@@ -7,6 +7,9 @@ process, and never in another object loaded from the same entry in this process.
 A file entry (a checkpoint file whose pages an entry references, see :mod:`.filemaps`) is mapped the same way,
 the whole file with no header: its storages are sliced at their offsets in the file, as the plain lazy load
 of that file had them. :func:`map_entry` picks the kind by the entry id.
+
+With a CUDA build of torch, each mapping also gets a read-only shared twin (:mod:`.twins`) that copies to a GPU
+read from.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import torch
 
 from ..ipc.protocol import is_file_entry
 from ..native import zerocopy
-from . import mappings
+from . import gpu_copies, mappings, twins
 from .fdless import map_private
 from .layout import Layout
 
@@ -42,6 +45,8 @@ class EntryMapping:
         self.mm, self.address, self._view = _map(fd, size)
         self.layout = Layout.unpack(self.mm, size)
         mappings.register(entry_id, self.data_address, self.address + len(self.mm), self.mm)
+        if twins.enabled() and twins.attach(self.mm, self.address, fd, size):
+            gpu_copies.install()
 
     @property
     def data_address(self) -> int:
@@ -72,6 +77,8 @@ class FileMapping:
             raise ValueError(f"file entry {entry_id} is an empty file (truncated since it was published?)")
         self.mm, self.address, self._view = _map(fd, self.size)
         mappings.register(entry_id, self.data_address, self.address + len(self.mm), self.mm)
+        if twins.enabled() and twins.attach(self.mm, self.address, fd, self.size):
+            gpu_copies.install()
 
     @property
     def data_address(self) -> int:
