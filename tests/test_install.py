@@ -18,6 +18,7 @@ import pytest
 import tomllib
 
 import overmind
+from _support.adapter_packages import adapter_names, adapter_pyprojects
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECTS = [ROOT / "pyproject.toml", *sorted(ROOT.glob("packages/*/pyproject.toml"))]
@@ -59,13 +60,30 @@ def test_license_file_and_spdx_strings():
         assert (path.parent / "LICENSE").read_text() == (ROOT / "LICENSE").read_text(), path
 
 
+def _extras() -> dict[str, list[str]]:
+    """The metapackage's extras as installed (its metadata: setup.py finds one per adapter of packages/)."""
+    from importlib import metadata
+
+    extras: dict[str, list[str]] = {}
+    for line in metadata.requires("overmind") or []:
+        req, _, marker = line.partition(";")
+        found = re.search(r"extra\s*==\s*['\"]([\w-]+)['\"]", marker)
+        if found:
+            extras.setdefault(found.group(1), []).append(req.replace(" ", ""))
+    return extras
+
+
 def test_extras_install_their_libraries_and_the_readme_names_their_ranges():
-    extras = _toml(ROOT / "pyproject.toml")["project"]["optional-dependencies"]
+    extras = _extras()
+    assert set(extras) == adapter_names() | {"all"}, sorted(extras)
     readme = re.sub(r"\s+", "", (ROOT / "README.md").read_text())
-    for name in ("transformers", "diffusers", "bnb"):
+    for name, pyproject in adapter_pyprojects().items():
+        spelled = pyproject.get("tool", {}).get("overmind", {}).get("extra", [f"overmind-{name}[instruments]"])
+        assert sorted(extras[name]) == sorted(f"{r}=={overmind.__version__}" for r in spelled), extras[name]
+        if f"overmind-{name}[instruments]" not in spelled:
+            continue  # the adapter alone (stable-fast has no wheel on the index)
         assert f"overmind-{name}[instruments]=={overmind.__version__}" in extras[name], extras[name]
-        instruments = _toml(ROOT / f"packages/overmind-{name}/pyproject.toml")["project"]["optional-dependencies"]
-        for req in instruments["instruments"]:
+        for req in pyproject["project"]["optional-dependencies"]["instruments"]:
             assert re.sub(r"\s+", "", req) in readme, f"README does not say {req}"
 
 

@@ -11,15 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
-import tomllib
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from _support.adapter_packages import adapter_pyprojects
 from overmind.cli import compatibility
 
 ROOT = Path(__file__).resolve().parents[1]
-ADAPTERS = ("transformers", "diffusers", "bnb", "sfast")
 
 
 def _pins(path: Path) -> dict[str, Version]:
@@ -45,11 +44,11 @@ def _lanes() -> tuple[dict[str, Version], dict[str, Version]]:
 
 def _instruments() -> dict[str, SpecifierSet]:
     ranges = {}
-    for adapter in ADAPTERS:
-        project = tomllib.loads((ROOT / f"packages/overmind-{adapter}/pyproject.toml").read_text())["project"]
+    for pyproject in adapter_pyprojects().values():
+        project = pyproject["project"]
         for line in project["optional-dependencies"]["instruments"]:
             req = Requirement(line)
-            ranges[f"{req.name.lower()} (overmind-{adapter})"] = req.specifier
+            ranges[f"{req.name.lower()} ({project['name']})"] = req.specifier
     return ranges
 
 

@@ -1,9 +1,11 @@
 """mkdocs hook: the pages' generated parts, from the code itself, so they cannot drift from it.
 
 Between ``<!-- generated:settings -->`` and ``<!-- /generated -->``: the table of every setting
-``overmind.settings`` declares; ``generated:cli``: the ``--help`` of ``overmind`` and of each of its commands.
-The checked-in pages hold the blocks too (readable on GitHub); ``python docs/hooks/generated.py`` refreshes
-them, and tests/test_docs_site.py fails when they are stale.
+``overmind.settings`` declares; ``generated:cli``: the ``--help`` of ``overmind`` and of each of its commands;
+``generated:packages`` and ``generated:tested-ranges``: the packages of ``packages/`` and each adapter's tested
+library ranges, read from their ``pyproject.toml`` (a new adapter appears by its folder alone). The checked-in pages
+and README.md hold the blocks too (readable on GitHub); ``python docs/hooks/generated.py`` refreshes them, and
+tests/test_docs_site.py fails when they are stale.
 """
 from __future__ import annotations
 
@@ -52,8 +54,50 @@ def _cli() -> str:
     return "\n\n".join(parts)
 
 
-GENERATORS = {"settings": _settings_table, "cli": _cli}
-_BLOCK = re.compile(r"(<!-- generated:(\w+) -->\n).*?(<!-- /generated -->)", re.S)
+def _pyprojects() -> list[dict]:
+    """Every package of packages/, in name order (the core first): found, not listed."""
+    import pathlib
+
+    import tomllib
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    found = [tomllib.loads(p.read_text()) for p in sorted(root.glob("packages/overmind-*/pyproject.toml"))]
+    return sorted(found, key=lambda p: (p["project"]["name"] != "overmind-core", p["project"]["name"]))
+
+
+def _packages() -> str:
+    """The packages of the repository: folder, import name, what it holds (its pyproject's description) and, for
+    an adapter, the library versions it is tested with (its ``instruments`` extra)."""
+    rows = ["| package | import | what | tested with |", "|---|---|---|---|"]
+    for pyproject in _pyprojects():
+        name = pyproject["project"]["name"]
+        module = "overmind" if name == "overmind-core" else name.replace("-", "_")
+        tested = pyproject["project"].get("optional-dependencies", {}).get("instruments", [])
+        rows.append(f"| `packages/{name}` | `{module}` | {pyproject['project']['description']} | "
+                    f"{', '.join(f'`{line}`' for line in tested)} |")
+    return "\n".join(rows)
+
+
+def _tested_ranges() -> str:
+    """Each adapter's ``instruments`` ranges (the libraries it is tested with), then the companion libraries'."""
+    from overmind.cli.compatibility import COMPANIONS
+
+    rows = ["| library | tested range | declared by |", "|---|---|---|"]
+    for pyproject in _pyprojects():
+        project = pyproject["project"]
+        if "overmind.adapters" not in project.get("entry-points", {}):
+            continue
+        lines = project.get("optional-dependencies", {}).get("instruments", [])
+        names = [re.split(r"[<>=!~ ;\[]", line, maxsplit=1)[0] for line in lines]
+        ranges = [f"`{line[len(name):].strip()}`" for name, line in zip(names, lines)]
+        rows.append(f"| {', '.join(names)} | {', '.join(ranges)} | {project['name']} `instruments` |")
+    rows.append(f"| {', '.join(COMPANIONS)} | see `overmind/cli/compatibility.py` | companions (doctor only: a version "
+                f"outside is a warning, nothing is skipped) |")
+    return "\n".join(rows)
+
+
+GENERATORS = {"settings": _settings_table, "cli": _cli, "packages": _packages, "tested-ranges": _tested_ranges}
+_BLOCK = re.compile(r"(<!-- generated:([\w-]+) -->\n).*?(<!-- /generated -->)", re.S)
 
 
 def fill(markdown: str) -> str:
@@ -69,7 +113,8 @@ def on_page_markdown(markdown: str, page, config, files) -> str:  # noqa: ARG001
 if __name__ == "__main__":  # python docs/hooks/generated.py: refresh the blocks in the checked-in pages
     import pathlib
 
-    for page in pathlib.Path(__file__).resolve().parents[1].glob("*.md"):
+    docs = pathlib.Path(__file__).resolve().parents[1]
+    for page in [*docs.glob("*.md"), docs.parent / "README.md"]:
         text = page.read_text()
         if fill(text) != text:
             page.write_text(fill(text))

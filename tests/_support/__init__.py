@@ -10,6 +10,7 @@ hence the same cache key, in the test and in every process it starts.
 
 * :mod:`_support.tiny_models`: tiny HF models, pipelines and tokenizers built locally (no Hub).
 * :mod:`_support.adapter_testlib`: the fresh-process runner and fixtures of the adapter packages' suites.
+* :mod:`_support.adapter_packages`: the repository's adapters, found under ``packages/`` as the build finds them.
 * :mod:`_support.fault_procs`, :mod:`_support.fault_loaders`: background processes and gated loaders of the
   core's fault tests.
 * :mod:`_support.ldm_checkpoint`: the tiny SD pipeline written as one original-format (LDM) checkpoint.

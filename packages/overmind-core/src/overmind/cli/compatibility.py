@@ -17,10 +17,6 @@ from dataclasses import dataclass
 from .._util import distributions
 from ..adapters import libraries
 
-# The adapters Overmind ships: their instruments ranges are the tested ones (a third-party adapter's range is
-# its own, reported by its skip line).
-SHIPPED_ADAPTERS = ("overmind-transformers", "overmind-diffusers", "overmind-bnb", "overmind-sfast")
-
 # The libraries the adapters' libraries need, as tested (both lanes' pins lie in each range; the lower bound is
 # the oldest lane's release, the upper one the release after the newest lane's: tests/test_tested_versions.py).
 COMPANIONS = {
@@ -69,11 +65,25 @@ def _lower_first(specifier) -> str:
     return ",".join(sorted(map(str, specifier), key=lambda s: (not s.startswith((">", "=", "~")), s)))
 
 
+def released_adapters() -> list[str]:
+    """The installed adapters released with this Overmind, by distribution name: each declares an
+    ``overmind.adapters`` entry point and requires ``overmind-core`` at exactly this version, as every package of
+    the Overmind repository does. Their ``instruments`` ranges are the ones Overmind is tested with; a third-party
+    adapter's range is its own, reported by its skip line."""
+    from .._version import __version__
+    from ..adapters.discovery import GROUP
+
+    pinned = f"overmind-core=={__version__}"
+    names = {ep.dist.name for ep in distributions.entry_points(GROUP)
+             if any(line.replace(" ", "").split(";")[0] == pinned for line in ep.dist.requires or [])}
+    return sorted(n for n in names if n)
+
+
 def library_versions() -> list[LibraryVersion]:
     """Every instrumented library of an installed adapter and every companion library, once each, in that order:
     its installed version and tested range."""
     rows: dict[str, LibraryVersion] = {}
-    for adapter in SHIPPED_ADAPTERS:
+    for adapter in released_adapters():
         dist = distributions.distribution(adapter)
         if dist is None:
             continue
