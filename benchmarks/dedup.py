@@ -1,4 +1,4 @@
-"""What identical-bytes dedup costs a cold load and what it saves (issue 12, ``overmind.entries.dedup``).
+"""What identical-bytes dedup costs a cold load and what it saves (``overmind.entries.dedup``).
 
     python benchmarks/dedup.py [--mib 384] [--reps 3]
 

@@ -4,7 +4,7 @@
 
 Each way writes the same bytes (one tensor per 64 MiB, like a checkpoint's big weights) into a new memfd:
 
-- ``map+copy``: ftruncate, a MAP_SHARED|MAP_POPULATE mapping, ``tensor.copy_`` into it (the writer before issue 12);
+- ``map+copy``: ftruncate, a MAP_SHARED|MAP_POPULATE mapping, ``tensor.copy_`` into it;
 - ``fallocate+map+copy``: the same after ``posix_fallocate`` of the whole file;
 - ``pwrite``: ftruncate, then ``os.pwrite`` from each tensor's own memory (no mapping of the memfd at all);
 - ``fallocate+pwrite``: ``posix_fallocate`` first, then ``pwrite``;

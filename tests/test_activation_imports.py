@@ -32,7 +32,7 @@ def test_activate_defers_each_adapter_until_its_library_is_imported(overmind_run
 
 
 # Libraries the shipped adapters patch or use, and the heavy things they pull in. activate() must import none of
-# them: a user's `import overmind; overmind.activate()` costs no library's import time (issue 12).
+# them: a user's `import overmind; overmind.activate()` costs no library's import time.
 HEAVY = ("torch", "numpy", "transformers", "diffusers", "bitsandbytes", "safetensors", "huggingface_hub",
          "accelerate", "sfast", "tokenizers", "sentence_transformers", "PIL", "scipy")
 

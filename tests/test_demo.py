@@ -25,7 +25,7 @@ def test_demo_shows_cold_and_warm_loads_across_processes():
     lines = {line.split("  ")[0].strip(): line for line in out.stdout.splitlines()}
     warm = next(line for line in out.stdout.splitlines() if line.startswith("overmind, warm"))
     cold = next(line for line in out.stdout.splitlines() if line.startswith("overmind, cold"))
-    for line in (warm, cold):  # an Overmind memfd, or the checkpoint itself as an Overmind file entry (issue 12)
+    for line in (warm, cold):  # an Overmind memfd, or the checkpoint itself as an Overmind file entry
         assert "/memfd:overmind:" in line or "(Overmind file entry)" in line, line
     plain = next(line for line in out.stdout.splitlines() if line.startswith("plain"))
     assert "/memfd:overmind:" not in plain and "(Overmind file entry)" not in plain, plain

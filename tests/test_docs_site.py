@@ -1,4 +1,4 @@
-"""The docs site builds with warnings as errors (issue 14): ``mkdocs build --strict``, whose generated pages
+"""The docs site builds with warnings as errors: ``mkdocs build --strict``, whose generated pages
 list every declared setting and every command's --help."""
 from __future__ import annotations
 

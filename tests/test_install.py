@@ -1,4 +1,4 @@
-"""The install tells the truth (issue 14): the README's install lines, run in a fresh venv, give a working
+"""The install tells the truth: the README's install lines, run in a fresh venv, give a working
 Overmind with its compiled extension and the libraries of the chosen extras; one version; an SPDX license;
 the README's supported versions are the packages' own.
 

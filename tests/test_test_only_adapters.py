@@ -1,4 +1,4 @@
-"""The test-only adapters (tests/adapter_fixture*) exist for the tests alone (issue 14): scripts/setup installs
+"""The test-only adapters (tests/adapter_fixture*) exist for the tests alone: scripts/setup installs
 them into ``.test-plugins``, which pytest and the processes a test starts have on their path, and not into the
 venv, whose python (a user's code, the demo, ``overmind doctor``) neither discovers nor imports them."""
 from __future__ import annotations

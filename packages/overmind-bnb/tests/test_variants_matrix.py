@@ -26,10 +26,10 @@ reverse server loads them as misses in the reverse order: with the forward one, 
 B) has run in some server, which checks the assumption above (a key or a result that depends on which
 entries already exist would show there). Fifteen cached loads instead of the 600 of all 120 orders.
 
-Finding 1 of issue 9 (a 4-bit config, then ``BitsAndBytesConfig(load_in_8bit=True)`` in one server returned
-the 4-bit model) is its own test; finding 9 (4-bit weights leave shared memory after the first forward) is
-checked in every cached process of the matrix and in its own test, with writes before the first forward that
-must make the cached model fall back to bitsandbytes' own repacking exactly as the plain model does.
+An 8-bit load after a 4-bit one in one server (a key that missed the config would return the 4-bit model) is its
+own test; that 4-bit weights stay in shared memory after the first forward is checked in every cached process
+of the matrix and in its own test, with writes before the first forward that must make the cached model fall
+back to bitsandbytes' own repacking exactly as the plain model does.
 """
 from __future__ import annotations
 
@@ -244,8 +244,8 @@ def test_reference_variants_differ(reference):
         assert (reference[v]["loaded"] != reference[v]["after_forward1"]) == _repacks_4bit_for_this_cpu()
 
 
-def test_finding_1_4bit_then_8bit_returns_an_8bit_model(overmind_runtime, ckpt, reference):
-    """Issue 9, finding 1: in one server a 4-bit load, then ``BitsAndBytesConfig(load_in_8bit=True)``."""
+def test_a_4bit_then_an_8bit_load_returns_an_8bit_model(overmind_runtime, ckpt, reference):
+    """In one server a 4-bit load, then ``BitsAndBytesConfig(load_in_8bit=True)``."""
     first = _load_cached(ckpt, "nf4")
     second = _load_cached(ckpt, "8bit")
     types = sorted({p[1] for p in second["loaded"]["params"]})
@@ -303,8 +303,8 @@ FINDING_9 = textwrap.dedent('''
 ''')
 
 
-def test_finding_9_4bit_weights_stay_in_the_entry_after_forward(overmind_runtime, ckpt, reference):
-    """Issue 9, finding 9: after a forward pass every 4-bit weight of a cached model still lies in the entry
+def test_4bit_weights_stay_in_the_entry_after_forward(overmind_runtime, ckpt, reference):
+    """After a forward pass every 4-bit weight of a cached model still lies in the entry
     (in the publishing process and in a second fresh one), with outputs bitwise those of the plain model.
 
     A write before the first forward (one weight's bytes, another layer's statistics) makes the cached model

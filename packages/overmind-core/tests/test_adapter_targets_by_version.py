@@ -1,7 +1,7 @@
 """A patch target the installed library version does not define is skipped quietly (one debug line on the
 ``overmind`` logger); one that exists but cannot be patched still warns, naming the adapter, the target and the
 versions. (diffusers 0.35 has no ``AutoPipelineForText2Audio``: that is a version difference, not a fault, and
-under ``OVERMIND_STRICT=1`` a warning there used to take the whole diffusers adapter down.)"""
+under ``OVERMIND_STRICT=1`` a warning there would take the whole diffusers adapter down.)"""
 from __future__ import annotations
 
 import logging

@@ -115,6 +115,6 @@ def test_doctor_does_not_start_a_server_and_reports_fixes(overmind_runtime):
 
 
 def test_doctor_flags_a_bad_budget(overmind_runtime, monkeypatch):
-    monkeypatch.setenv("OVERMIND_MAX_BYTES", "much")  # issue 14: a warning, and the default budget is used
+    monkeypatch.setenv("OVERMIND_MAX_BYTES", "much")  # a warning, and the default budget is used
     out = om("doctor", "--brief")
     assert any(line.startswith("warn") and "OVERMIND_MAX_BYTES='much'" in line for line in out.stdout.splitlines())

@@ -1,4 +1,4 @@
-"""The ``overmind`` CLI in the style of ``hf cache`` and the typed API behind it (issue 14): ``ls`` fitted to
+"""The ``overmind`` CLI in the style of ``hf cache`` and the typed API behind it: ``ls`` fitted to
 the terminal, showing the part of the arguments that tells entries apart, sorting and filtering, own versus
 referenced bytes and the processes mapping an entry; ``evict`` by any unique prefix, with ``--dry-run``;
 ``--json`` on every command; no traceback on a closed pipe; ``--version``; the documented exit codes."""

@@ -1,4 +1,4 @@
-"""``--json`` on the two long-running commands (issue 14): ``serve --json`` prints one JSON line per event on
+"""``--json`` on the two long-running commands: ``serve --json`` prints one JSON line per event on
 stdout (listening, template, exited), ``run --json`` one line on stderr once its program ended (exit status,
 signal, pid, template or plain python and why, timings), leaving the program's stdout alone. Real servers,
 templates and programs, each in its own process."""

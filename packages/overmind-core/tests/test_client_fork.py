@@ -1,4 +1,4 @@
-"""Finding 9 of issue 10: a process forked by the loader (a multiprocessing fork, a prefetch worker) does
+"""A process forked by the loader (a multiprocessing fork, a prefetch worker) does
 not share the loader's connection, so when the loader dies its claim dies with it even though the child
 lives on, and another process's load of the same key is not blocked.
 """

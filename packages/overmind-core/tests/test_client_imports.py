@@ -1,4 +1,4 @@
-"""The client side stands apart from the server package (issue 11.5), and the seal set is spelled once."""
+"""The client side stands apart from the server package, and the seal set is spelled once."""
 from __future__ import annotations
 
 import os

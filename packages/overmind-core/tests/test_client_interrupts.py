@@ -1,4 +1,4 @@
-"""Finding 1 of issue 10: a load interrupted while it waits on another process's claim (Ctrl-C, or a
+"""A load interrupted while it waits on another process's claim (Ctrl-C, or a
 TimeoutError raised by the user's own SIGALRM handler) propagates the user's exception unchanged, leaves
 no late reply behind for the next loads to read, and leaves no claim behind for other processes to wait on.
 

@@ -1,4 +1,4 @@
-"""Finding 2 of issue 10: the client trusts only a server of its own uid. An attacker (uid nobody) who can
+"""The client trusts only a server of its own uid. An attacker (uid nobody) who can
 write the directory holding the victim's runtime directory swaps in its own directory and server at the worst
 moment: after the victim's checks of the directory and the socket file passed, before its ``connect()``. The
 victim reaches the attacker's socket every time, and the attacker's server never hears a byte from it.

@@ -1,4 +1,4 @@
-"""Finding 3 of issue 10: every client wait is bounded. A stopped server (``kill -STOP``: Ctrl-Z on
+"""Every client wait is bounded. A stopped server (``kill -STOP``: Ctrl-Z on
 ``overmind serve``, a debugger) costs a load at most the reply timeout, with one warning and the plain
 result, whether the process already had a connection or opens a new one; after SIGCONT loads hit again.
 """

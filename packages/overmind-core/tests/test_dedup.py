@@ -1,4 +1,4 @@
-"""Identical bytes stored once (issue 12): an entry whose storages hold bytes another entry already holds
+"""Identical bytes stored once: an entry whose storages hold bytes another entry already holds
 references them there (found by a sampled key, confirmed by a byte compare), and a rebuild is the plain
 result all the same: equal values, distinct storages, copy-on-write per object (overmind.entries.dedup)."""
 from __future__ import annotations

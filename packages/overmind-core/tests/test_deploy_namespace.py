@@ -1,4 +1,4 @@
-"""The node-local deployment of docs/deployment.md, as a container would see it (issue 14): a client in its own
+"""The node-local deployment of docs/deployment.md, as a container would see it: a client in its own
 PID and mount namespace (and user namespace, mapping the same uid), which sees the runtime directory only where
 the pod would mount it (the host's path and the default runtime directory are hidden under empty tmpfs), gets a zero-copy hit on what a host process published."""
 from __future__ import annotations

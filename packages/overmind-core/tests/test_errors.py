@@ -1,4 +1,4 @@
-"""One exception tree (issue 11.7): every exception class the core defines derives from ``OvermindError``,
+"""One exception tree: every exception class the core defines derives from ``OvermindError``,
 so ``except OvermindError`` catches whatever Overmind raises on purpose."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""File entries (issue 12): storages that are untouched private mappings of a checkpoint file are referenced in
+"""File entries: storages that are untouched private mappings of a checkpoint file are referenced in
 the file, not copied into a memfd, and a hit is never served from a file that changed since.
 
 The loader here reads a safetensors file the way transformers and diffusers do for an fp16 checkpoint loaded

@@ -112,7 +112,7 @@ def test_every_hook_in_the_specs_is_called_by_a_load(overmind_runtime, monkeypat
 def test_every_spec_has_a_kind_and_a_when():
     for name, spec in SPECS.items():
         assert isinstance(spec.kind, Kind) and isinstance(spec.when, When), name
-    # the hooks that run before their library is imported (a key, an entry being unpickled): issue 11
+    # the hooks that run before their library is imported (a key, an entry being unpickled)
     assert {n for n, s in SPECS.items() if s.when is When.ALWAYS} == {
         "overmind_key_for_value", "overmind_key_parts", "overmind_before_unpickle", "overmind_after_unpickle"}
 

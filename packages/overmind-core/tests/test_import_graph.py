@@ -127,7 +127,7 @@ def test_the_parts_stand_in_floors():
 
 def test_the_fixture_adapter_needs_nothing_of_overmind_but_the_kit():
     """tests/adapter_fixture is written as a third party would, against ``overmind.adapter`` alone; with that
-    it passes the conformance checks (test_plugins.py::test_conformance_checks_pass_for_the_fixture_adapter)."""
+    it passes the conformance checks (test_discovery.py::test_conformance_checks_pass_for_the_fixture_adapter)."""
     fixture = Path(__file__).resolve().parents[3] / "tests" / "adapter_fixture" / "src" / "overmind_fixture_adapter"
     used = set()
     for path in fixture.glob("*.py"):

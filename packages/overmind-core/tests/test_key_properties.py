@@ -5,7 +5,7 @@ dataclasses with extra instance attributes, slotted objects, closures over diffe
 differ in one attribute or one bit, and the real config classes of the installed libraries with one field
 changed. The oracle :func:`same_to_a_loader` says whether a loader could tell two values apart; a key may
 only be shared when it says no. These tests use only ``key.describe_loader``, ``key.bind_arguments`` and
-``key.make_key``, so they run unchanged against older key code (the note on issue 9 says what they found).
+``key.make_key``, so they hold any way of computing a key to the same oracle.
 """
 from __future__ import annotations
 
@@ -459,7 +459,7 @@ report({{"n": len(set(states)), "distinct": len(set(keys)), "none": keys.count(N
 
 
 def test_bitsandbytes_configs_differ_before_bitsandbytes_is_imported():
-    """Finding 1: the key is computed before the load imports bitsandbytes; every config still differs."""
+    """The key is computed before the load imports bitsandbytes; every config still differs."""
     import os
 
     from overmind.testing import run_fresh

@@ -1,4 +1,4 @@
-"""Converted tensors written once (issue 12): a miss's large CPU allocations are made in the memfd that becomes
+"""Converted tensors written once: a miss's large CPU allocations are made in the memfd that becomes
 its entry (overmind.shm.arena, csrc/load_arena.cpp), and what comes back is the plain result all the same.
 
 The arena's threshold is lowered to one page here, so small tensors exercise it; the code path is the one a

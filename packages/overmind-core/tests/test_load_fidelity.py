@@ -1,4 +1,4 @@
-"""Results equal plain in the small things (issue 9, finding 8): ``.grad`` survives (zero-copy); a result holding an
+"""Results equal plain in the small things: ``.grad`` survives (zero-copy); a result holding an
 open file, socket, thread, lock and the like is not cached and its file is never touched; a graph too deep for
 the pickler falls back instead of crashing, in the main thread and in a thread with a small stack."""
 from __future__ import annotations

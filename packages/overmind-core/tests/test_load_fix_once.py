@@ -1,5 +1,5 @@
-"""A load that cannot be cached warns once, and its fix is said once (issue 11.4: budget and pickling
-failures used to print it twice)."""
+"""A load that cannot be cached warns once, and its fix is said once (a budget or pickling failure seen by nested
+loads too)."""
 from __future__ import annotations
 
 import warnings

@@ -1,5 +1,5 @@
 """An object passed into a cached call is the very object the result holds, as in the plain call: in the
-publishing process and in every later one, with its bytes in no new entry (issue 9, finding 7)."""
+publishing process and in every later one, with its bytes in no new entry."""
 from __future__ import annotations
 
 import os

@@ -1,4 +1,4 @@
-"""Finding 10 of issue 10: ``overmind.load`` never raises because of Overmind. A server that cannot be
+"""``overmind.load`` never raises because of Overmind. A server that cannot be
 spawned (``sys.executable`` not runnable, a directory at ``spawn.lock``, a runtime directory this user
 cannot write) or a bad setting falls back with one warning, and ``overmind doctor`` reports the failure
 instead of "all checks passed". Each case runs in a fresh process: doctor first (it never starts a server),
@@ -73,7 +73,7 @@ def test_a_runtime_dir_this_user_cannot_write_falls_back(overmind_runtime):
 
 @pytest.mark.parametrize("name", ["OVERMIND_WAIT_TIMEOUT", "OVERMIND_REPLY_TIMEOUT", "OVERMIND_SERVER_START_TIMEOUT"])
 def test_a_bad_setting_warns_once_and_the_load_uses_the_default(overmind_runtime, name):
-    # Issue 14: a bad setting is no failure (overmind.settings): one warning, the default, a cached load.
+    # a bad setting is no failure (overmind.settings): one warning, the default, a cached load.
     seen = fault_procs.run(CASE, {name: "abc"}, timeout=90)
     assert seen.get("loaded") is True and len(seen["warned"]) == 1, seen
     assert f"{name}='abc' is not a positive number of seconds" in seen["warned"][0], seen["warned"]

@@ -219,7 +219,7 @@ def test_an_inconsistent_entry_gives_the_plain_result(overmind_runtime, sealed_m
     clear_calls()
     m, w = _quiet_load(build, 20)
     assert _plain_equal(m, 20) and recorded_calls() == [20]
-    # Issue 14: the entry is out of service already, so the warning proposes no 'overmind evict' (it answered
+    # the entry is out of service already, so the warning proposes no 'overmind evict' (it answered
     # "not cached"); test_user_warnings runs the commands warnings propose.
     assert len(w) == 1 and "cannot rebuild entry" in str(w[0].message) and "overmind doctor" in str(w[0].message)
     assert "overmind evict" not in str(w[0].message)
@@ -266,8 +266,8 @@ class Payload:
 
 
 def test_loaders_and_what_they_capture_are_not_kept_alive(overmind_runtime):
-    """Issue 10.11: a cache of signatures (or keys) holding loaders kept every closure alive (500 lambdas:
-    +169 MB). After the loads, nothing in Overmind may hold a loader or what it captured."""
+    """A cache of signatures (or keys) holding loaders would keep every closure alive (500 lambdas: +169 MB).
+    After the loads, nothing in Overmind may hold a loader or what it captured."""
     import gc
     import weakref
 

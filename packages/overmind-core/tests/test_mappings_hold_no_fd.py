@@ -1,4 +1,4 @@
-"""Finding 7 of issue 10: a loaded object's mapping holds no fd. A process holding 2,000 loaded objects
+"""A loaded object's mapping holds no fd. A process holding 2,000 loaded objects
 under ``ulimit -n 256`` still opens files, and its fd count stays small (on both zero-copy implementations).
 """
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""Issue 9's wrong objects, each through ``overmind.load`` with a real server, most across fresh processes.
+"""Calls a cache could answer with a wrong object, each through ``overmind.load`` with a real server, most across
+fresh processes.
 
-Every test compares what a cached call returns with what the plain call returns; each one returned a wrong
-object, with no warning, before the keys were built by construction (see docs/architecture.md).
+Every test compares what a cached call returns with what the plain call returns: a key that describes less than
+the call would serve a wrong object here, with no warning (docs/architecture.md states the contract).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def _entries(loader_suffix: str) -> list:
     return [e for e in client_mod.get_client().ls() if e["meta"]["loader"].endswith(loader_suffix)]
 
 
-# --- finding 2: closures, defaults, globals, helpers ---------------------------------------------
+# --- closures, defaults, globals, helpers ---------------------------------------------
 
 
 def make_loader(scale: float):
@@ -110,7 +111,7 @@ report([plain.tolist(), cached.tolist()])
     assert cached == plain and plain[0] >= 100, "an edited helper must not be served its old entry"
 
 
-# --- finding 3: derived objects do not keep their origin key ---------------------------------------
+# --- derived objects do not keep their origin key ---------------------------------------
 
 
 def make_module(n: int):
@@ -179,7 +180,7 @@ def test_a_loader_that_changes_its_argument_is_not_published(overmind_runtime, m
     assert not _entries("mutate_argument")
 
 
-# --- finding 4: tensor arguments -----------------------------------------------------------------
+# --- tensor arguments -----------------------------------------------------------------
 
 
 def tensor_view(t):
@@ -195,7 +196,7 @@ def test_conjugate_and_negative_views_are_different_arguments(overmind_runtime, 
         assert torch.equal(got["values"], plain["values"]) and (got["conj"], got["neg"]) == (plain["conj"], plain["neg"])
 
 
-# --- finding 5: files ------------------------------------------------------------------------------
+# --- files ------------------------------------------------------------------------------
 
 
 def read_checkpoint(path):
@@ -242,7 +243,7 @@ def test_a_checkpoint_swapped_during_the_load_is_not_published(overmind_runtime,
     assert overmind.load(read_checkpoint, str(ckpt))[0] == 1
 
 
-def test_fresh_processes_agree_with_plain_for_each_finding(overmind_runtime, tmp_path):
+def test_fresh_processes_agree_with_plain_for_each_case(overmind_runtime, tmp_path):
     """One fresh process publishes, a second hits: both equal their plain call."""
     script = PRELUDE + textwrap.dedent("""
         import torch, overmind

@@ -1,4 +1,4 @@
-"""Observability (issue 14): hits, misses, publishes, evictions and fallbacks on the ``overmind`` logger with
+"""Observability: hits, misses, publishes, evictions and fallbacks on the ``overmind`` logger with
 timings; a progress bar on a terminal for a long publish (never on a pipe, never under
 HF_HUB_DISABLE_PROGRESS_BARS); the server's log rotates by size and comes back when deleted."""
 from __future__ import annotations

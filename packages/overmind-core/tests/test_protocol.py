@@ -32,7 +32,6 @@ def pair():
 
 
 def test_protocol_version_is_4():
-    # 2: publish replies like a get hit; 3: publish carries checkpoint files' fds; 4: skeletons with an argument memo
     assert PROTOCOL_VERSION == 4
 
 

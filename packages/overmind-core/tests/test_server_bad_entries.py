@@ -1,4 +1,4 @@
-"""A corrupt entry is not served forever (issue 10.8): the ``bad`` op takes it out of service at once, so
+"""A corrupt entry is not served forever: the ``bad`` op takes it out of service at once, so
 the next load claims and republishes; its memory goes once no other entry references it, and mappings
 clients already hold keep reading right."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Entry ids are unique across server lifetimes (issue 9.6): an object mapped from a server that died is
+"""Entry ids are unique across server lifetimes: an object mapped from a server that died is
 never taken for an entry of the server that replaced it."""
 from __future__ import annotations
 

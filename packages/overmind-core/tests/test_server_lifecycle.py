@@ -147,7 +147,7 @@ def test_the_spawned_server_runs_without_site_and_imports_no_third_party_package
 
 
 def test_failed_start_raises_server_unavailable_with_the_log_tail(overmind_runtime, monkeypatch):
-    monkeypatch.setenv("PYTHONHOME", "/nonexistent")  # the server's interpreter cannot start (a bad setting no longer stops it)
+    monkeypatch.setenv("PYTHONHOME", "/nonexistent")  # the server's interpreter cannot start (a bad setting does not stop it)
     with pytest.raises(ServerUnavailable) as info:
         Client().status()
     msg = str(info.value)

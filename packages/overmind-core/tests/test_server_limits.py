@@ -1,4 +1,4 @@
-"""The server under resource limits and idle or half-sent connections (issue 10.5 and 10.6): a thread limit
+"""The server under resource limits and idle or half-sent connections: a thread limit
 (a pids cgroup) does not end it, idle connections cost no thread, a silent peer is dropped after the hello
 timeout, an idle one after the idle timeout (the client reconnects without noticing), and a frame's
 announced size is never allocated up front; buffered bytes have a small per-frame and a bounded total."""

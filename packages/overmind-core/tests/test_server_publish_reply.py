@@ -1,4 +1,4 @@
-"""``publish`` answers like a ``get`` hit (issue 11.5): the publisher gets the entry and its fds back, so a
+"""``publish`` answers like a ``get`` hit: the publisher gets the entry and its fds back, so a
 miss is one round trip, and the reply is not counted as a hit."""
 from __future__ import annotations
 

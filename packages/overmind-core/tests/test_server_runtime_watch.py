@@ -1,4 +1,4 @@
-"""The server watches its runtime directory (issue 10.4): a tmp cleaner removing the socket (or the lock with
+"""The server watches its runtime directory: a tmp cleaner removing the socket (or the lock with
 it) costs a client well under a second, never the 16 s start timeout; removing the whole directory makes the
 old server exit and free its memory, and the next load starts a new one."""
 from __future__ import annotations
@@ -17,7 +17,7 @@ from overmind.client.launcher import server_pids
 @pytest.fixture
 def served(overmind_runtime, sealed_memfd, monkeypatch):
     """A running server holding one entry ``k``; ``(pid, entry_id)``. A start that takes more than 5 s fails
-    (the old behaviour was a 15 s wait and an uncached load)."""
+    (a server that does not come back would otherwise show as a 15 s wait and an uncached load)."""
     monkeypatch.setenv("OVERMIND_SERVER_START_TIMEOUT", "5")
     c = Client()
     entry_id = c.publish("k", sealed_memfd(b"the entry"))

@@ -1,4 +1,4 @@
-"""Settings validated in one place (issue 14): every OVERMIND_* variable the code reads is declared in
+"""Settings validated in one place: every OVERMIND_* variable the code reads is declared in
 overmind.settings; a bad value gets one warning naming the variable, the value and the accepted form, and the
 default is used; booleans accept the usual spellings; doctor lists every setting with its value and source.
 """

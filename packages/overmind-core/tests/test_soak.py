@@ -1,4 +1,4 @@
-"""Soak (issue 10, "Done when"): many processes loop ``overmind.load`` over shared and private keys and over
+"""Soak: many processes loop ``overmind.load`` over shared and private keys and over
 results of earlier loads, with a timer signal raising in the middle of loads, the server SIGKILLed and
 restarted under them, and a budget small enough to force evictions all the time. It ends with zero wrong
 objects (every result checked against a value recomputed without Overmind), zero errors, zero hangs (every

@@ -357,7 +357,7 @@ def test_unset_env_prefers_the_extension(restore_selection, extension_problem):
 
 
 def test_unknown_env_value_reads_as_auto(restore_selection):
-    # Issue 14: a bad setting is refused in overmind.settings (one warning at the user's next load), not raised.
+    # a bad setting is refused in overmind.settings (one warning at the user's next load), not raised.
     restore_selection.setenv(zerocopy.ENV, "fortran")
     assert zerocopy._select() == zerocopy._select("auto")
 

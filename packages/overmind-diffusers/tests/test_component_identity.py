@@ -1,6 +1,6 @@
 """``from_pretrained(path, vae=vae, controlnet=[edge, depth])`` holds the very objects it was given, as plain
 diffusers does: ``pipe.vae is vae`` and ``pipe.controlnet.nets[i] is nets[i]``, in the publishing process and in
-a fresh one served from the cache, and the pipeline's entry holds none of their bytes (issue 9, finding 7)."""
+a fresh one served from the cache, and the pipeline's entry holds none of their bytes."""
 from __future__ import annotations
 
 import pytest

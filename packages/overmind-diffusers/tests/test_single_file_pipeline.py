@@ -119,7 +119,7 @@ def test_pipeline_from_single_file_served_from_overmind_in_a_second_process(fres
         got, plain = second["cached"][name], second["plain"][name]
         assert got["tensors"] > 0 and got["mapped"], f"{name}: weights not mapped from Overmind memory"
         # In the pipeline's entry, or (weights the converter left as they lie in the checkpoint) in the checkpoint
-        # file itself, a file entry the pipeline's entry depends on (issue 12).
+        # file itself, a file entry the pipeline's entry depends on.
         files = [e for e in second["pipeline_deps"] if e.startswith("file-")]
         assert got["entries"] and set(got["entries"]) <= {entry, *files}, \
             f"{name}: tensors outside the pipeline entry: {got['entries']}"

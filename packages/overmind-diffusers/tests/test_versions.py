@@ -1,10 +1,9 @@
 """The diffusers adapter on every supported diffusers: what one version lacks is no fault.
 
-diffusers 0.35 has no ``AutoPipelineForText2Audio`` (0.36 added it). It used to print a warning in every
-process, and under ``OVERMIND_STRICT=1`` that warning raised inside ``activate()``, so the whole diffusers adapter
-was rolled back: a warm ``vae=vae`` pipeline then had only its text encoder (a transformers load) in Overmind's
-memory. Now a target the installed diffusers does not define is skipped with a debug line, and every other
-target is patched, strictly.
+diffusers 0.35 has no ``AutoPipelineForText2Audio`` (0.36 added it). A warning for it in every process would,
+under ``OVERMIND_STRICT=1``, raise inside ``activate()`` and roll the whole diffusers adapter back: a warm
+``vae=vae`` pipeline would then have only its text encoder (a transformers load) in Overmind's memory. A target the
+installed diffusers does not define is skipped with a debug line, and every other target is patched, strictly.
 """
 from __future__ import annotations
 

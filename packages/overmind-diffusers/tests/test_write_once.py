@@ -1,4 +1,4 @@
-"""An fp32 pipeline loaded as fp16, through the load arena (issue 12: converted tensors written once).
+"""An fp32 pipeline loaded as fp16, through the load arena (converted tensors written once).
 
 The tiny checkpoint's tensors are small, so the arena's threshold is lowered to one page in the child: the
 path is the one a full-size UNet's 1 MiB-and-up tensors take. Cold and warm processes must give exactly

@@ -1,4 +1,4 @@
-"""File entries with real transformers (issue 12): a safetensors checkpoint loaded without conversion is served
+"""File entries with real transformers: a safetensors checkpoint loaded without conversion is served
 from the checkpoint file itself (no memfd copy of its weights), one converted on load from memfd copies, and both
 equal the plain load bitwise in a fresh process; a checkpoint saved again over the same folder is never served
 from the old entry.

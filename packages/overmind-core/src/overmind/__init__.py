@@ -8,12 +8,16 @@
 
 This module imports nothing heavy: the server process imports the ``overmind`` package and must never
 import torch. The public functions import their machinery on first use.
+
+The modules the server or ``activate()`` import do not import :mod:`typing` either (~4.5 ms, and the server
+starts without it): they write ``TYPE_CHECKING = False`` and import their annotations' names under
+``if TYPE_CHECKING:``, which mypy reads as typing's own ``TYPE_CHECKING``.
 """
 from __future__ import annotations
 
 from ._version import __version__
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name): the server imports this
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

@@ -19,7 +19,7 @@ from .adapters import discovery, hooks, importwatch, libraries, patching
 from .adapters.discovery import AdapterError, AdapterState
 from .fallback import OvermindWarning
 
-TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable
 

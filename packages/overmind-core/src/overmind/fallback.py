@@ -22,7 +22,7 @@ from ._util.lazy_logger import logger
 from ._util.user_frame import OvermindWarning, warn_at_user_line  # noqa: F401 - re-exported: fallback.OvermindWarning
 from .errors import OvermindError, ServerError, ServerUnavailable
 
-TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Iterator
 

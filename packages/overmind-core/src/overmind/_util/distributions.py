@@ -24,7 +24,7 @@ import threading
 
 from . import interrupts
 
-TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, NamedTuple
 

@@ -8,7 +8,7 @@ by ``repr``) and ``_compared`` (equality and hash), sets them in its own ``__ini
 """
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

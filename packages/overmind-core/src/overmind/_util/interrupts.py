@@ -22,8 +22,6 @@ import functools
 from collections.abc import Iterator
 from types import CodeType, FunctionType, MethodType, TracebackType
 
-# Not typing: the server imports this module (through ipc/protocol.py) and starts without it.
-
 
 def _code_of(handler: object) -> CodeType | None:
     """The code object a Python-level signal handler runs, through methods, partials and callable objects."""

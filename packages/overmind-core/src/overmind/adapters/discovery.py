@@ -22,7 +22,7 @@ from ..errors import OvermindError
 from ..fallback import OvermindWarning
 from . import hookspecs, libraries
 
-TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

@@ -23,7 +23,7 @@ from ..errors import Unkeyable
 from . import discovery
 from .hookspecs import SPECS, Kind, When
 
-TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, ContextManager, Mapping
 

@@ -15,7 +15,7 @@ import sys
 import threading
 from types import ModuleType
 
-TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable
 

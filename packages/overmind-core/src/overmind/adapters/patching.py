@@ -20,7 +20,7 @@ from .._util import user_frame
 from .._util.frozen import Frozen
 from ..errors import OvermindError
 
-TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
 

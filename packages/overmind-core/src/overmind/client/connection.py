@@ -168,7 +168,7 @@ class Client:
         close_fds(fds)
         return bool(reply.get("released"))
 
-    # ---- mark_bad (server op 'bad', issue 10.8; owned by the server side) ----
+    # ---- mark_bad (server op 'bad', owned by the server side) ----
     def mark_bad(self, key: str, entry_id: str) -> bool:
         """Tell the server entry ``entry_id`` of ``key`` does not rebuild: it stops serving it (the next get
         is a claim, so the loader republishes) and frees it once no entry references it. False if that entry

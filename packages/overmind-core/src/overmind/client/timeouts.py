@@ -1,4 +1,4 @@
-"""The client's time limits: every wait of a client on the server is bounded (values from :mod:`.settings`).
+"""The client's time limits: every wait of a client on the server is bounded (values from :mod:`overmind.settings`).
 
 * ``OVERMIND_REPLY_TIMEOUT`` (default 10 s): connect, hello and every control request (publish, release,
   status, ...). A server that does not answer within it is stopped (``kill -STOP``, Ctrl-Z on
@@ -7,28 +7,18 @@
   gives the server that long plus one reply timeout to answer.
 * ``OVERMIND_SERVER_START_TIMEOUT`` (default 15 s): how long the launcher waits for a new server.
 
-A value that is not a positive number gets one warning naming the variable (:mod:`.settings`) and the
+A value that is not a positive number gets one warning naming the variable (:mod:`overmind.settings`) and the
 default is used; ``overmind doctor`` lists it too.
 """
 from __future__ import annotations
 
 from .. import settings
-from ..errors import OvermindError
 
 ENV_REPLY = "OVERMIND_REPLY_TIMEOUT"
 ENV_WAIT = "OVERMIND_WAIT_TIMEOUT"
 ENV_START = "OVERMIND_SERVER_START_TIMEOUT"
 _ATTR = {ENV_REPLY: "reply_timeout", ENV_WAIT: "wait_timeout", ENV_START: "server_start_timeout"}
 DEFAULTS = {name: next(s.default for s in settings.DECLARED if s.name == name) for name in _ATTR}
-
-
-class SettingError(OvermindError, ValueError):
-    """Kept for callers that catch it; a bad setting no longer raises (it warns and uses the default)."""
-
-
-def seconds(name: str) -> float:
-    """The positive number of seconds ``$name`` sets, or its default when unset, empty or bad."""
-    return getattr(settings.current(), _ATTR[name])
 
 
 def reply_timeout() -> float:

@@ -24,16 +24,12 @@ import struct
 from .._util import interrupts
 from ..errors import OvermindError
 
-TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Iterable
 
-# 2: publish replies like a get hit (the entry and its fds), so a miss costs one round trip. A client and a
-# server of different versions refuse each other at hello with a message naming the fix ('overmind stop').
-# 3: file entries (issue 12): a publish may carry read-only fds of checkpoint files (``files``) whose pages its
-# storages reference, and a hit's fds then include those files' (ids starting with ``FILE_ENTRY_PREFIX``).
-# 4: a skeleton may open with opcodes that fill the unpickler's memo from the call's container arguments
-# (``pickling.Pickled.argument_memo``, in the entry's meta): a client of version 3 would fail to rebuild it.
+# Raised whenever a client and a server could misread each other's messages or entries: the two then refuse
+# each other at hello, with a message naming the fix ('overmind stop'). docs/architecture.md, "Wire protocol".
 PROTOCOL_VERSION = 4
 MAX_FDS_PER_FRAME = 250
 # A frame is a control message, never bulk data (bulk data travels as memfds), so a large length means a

@@ -159,7 +159,7 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
             with interrupts.suppress(Exception):  # out of service in the server: the next load republishes it
                 client.mark_bad(ck.key, res.entry["entry_id"])
             # The entry is out of service now (mark_bad): the next load publishes it again, so there is nothing
-            # to evict; a fix that names a command must work as written (issue 14).
+            # to evict; a fix that names a command must work as written.
             fallback.step_aside(f"overmind: cannot rebuild entry {ck.key[:12]} of {loader.name} "
                                 f"({type(e).__name__}: {fallback.brief(e)}); loaded without the cache, and the "
                                 f"server no longer serves that entry (the next load publishes it again). If "

@@ -20,7 +20,7 @@ import re
 
 from ..errors import OvermindError
 
-TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

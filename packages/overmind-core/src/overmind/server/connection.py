@@ -20,7 +20,7 @@ from .log import log
 from .store import GetOutcome, StoreError
 from .wire import FrameReader, Outbox
 
-TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Protocol
 

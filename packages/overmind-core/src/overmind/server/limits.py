@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .._util.frozen import Frozen
 
-TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Mapping
 

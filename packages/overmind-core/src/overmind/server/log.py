@@ -6,9 +6,9 @@ A line reads ``2026-12-03 23:14:05,123 pid 4242 MainThread INFO published ...``.
 on the next line. ``--foreground`` also writes each line to stderr. Before :meth:`ServerLog.open`, warnings and
 errors go to stderr alone.
 
-Not ``logging``: the server lives for hours beside the users' processes, and ``logging`` alone was ~1.1 MiB of the
-server's ~10 MiB of memory, before its rotating handler (which imports ``pickle`` and ``queue``; docs/benchmarks.md,
-nineteenth session). ``traceback`` is imported only to log an exception.
+Not ``logging``: the server lives for hours beside the users' processes, and ``logging`` alone would be ~1.1 MiB of
+the server's ~10 MiB of memory, before its rotating handler (which imports ``pickle`` and ``queue``).
+``traceback`` is imported only to log an exception.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 
-TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, TextIO
 

@@ -12,7 +12,7 @@ alive. Entry ids carry a random nonce of this server, so an id seen from an earl
 (never another entry of the same name). An entry marked bad (a client could not rebuild it) is no longer
 served under its key; it stays, for the entries that reference it, until the last of them goes.
 
-File entries (issue 12) stand for a checkpoint file whose pages an entry's storages reference instead of
+File entries stand for a checkpoint file whose pages an entry's storages reference instead of
 copying them: keyless, with the read-only fd the publisher sent, id ``file-<digest of its identity>``
 (``protocol.file_entry_id``). The server checks the fd against the identity the client describes before it
 takes it, keeps a file entry exactly as long as an entry references it, and counts its bytes apart (page
@@ -32,7 +32,7 @@ from ..ipc.protocol import FILE_IDENTITY_FIELDS, file_entry_id, file_identity, i
 from . import blobs, sealing
 from .log import log
 
-TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

@@ -25,7 +25,7 @@ from ..ipc.protocol import (
 )
 from .limits import Limits
 
-TYPE_CHECKING = False  # typing is not imported at run time: the server imports this module at its start
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

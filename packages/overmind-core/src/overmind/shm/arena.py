@@ -1,8 +1,8 @@
 """A miss's large CPU allocations made in the memfd that becomes its entry: converted tensors written once.
 
 An fp32 checkpoint loaded with ``torch_dtype=torch.float16`` converts every tensor. Plain allocates the fp16
-tensors in the heap; a miss used to do the same, then copy them into a fresh memfd (2.2x plain's cost per GiB
-on these machines, docs/benchmarks.md). Now, while a miss's loader runs, :func:`open_arena` routes this
+tensors in the heap; copying them from there into a fresh memfd would cost a miss 2.2x plain's time per GiB on
+these machines (docs/benchmarks.md). So while a miss's loader runs, :func:`open_arena` routes this
 thread's CPU allocations of :data:`THRESHOLD` bytes or more to page-aligned ranges of one memfd, mapped shared,
 after the entry's header page (torch's CPU allocator is the extension's placing one while any arena is open;
 ``csrc/load_arena.cpp``). The conversion writes the bytes there, once.
@@ -23,7 +23,7 @@ the other storages, the skeleton and the header into the same memfd and seals it
   when freed. From the heap it would come from that thread's malloc arena, and once the miss frees the loader's
   result (rebuilt from the entry), glibc keeps that freed memory resident: ``malloc_trim`` trims the main arena
   only. Measured in the cold fp32 blog process: 1.5-24 MiB resident in thread arenas, under 0.5 MiB with own
-  mappings (docs/benchmarks.md, twentieth session).
+  mappings (docs/benchmarks.md).
 - If the entry is not published (the result cannot be pickled, the server is gone), the loader's tensors
   simply stay private mappings of the memfd, which lives as long as they do.
 

@@ -14,8 +14,8 @@ Two ways to ask:
   between the ranges) or cannot scan are the entries read and the ranges' own pages looked at;
 * a :class:`PageSnapshot` reads a 64 MiB stretch of address space on its first question there and answers
   every later question in it from that read. One encode asks about thousands of storages lying side by side (a
-  checkpoint's tensors in one mapping), and a read per storage cost more in calls than in bytes: ~40 ms of a cold
-  blog load went to ~2,700 of them. A snapshot answers as of its reads, so it lives for one encode, no longer.
+  checkpoint's tensors in one mapping), and a read per storage costs more in calls than in bytes: ~2,700 of them
+  take ~40 ms of a cold blog load. A snapshot answers as of its reads, so it lives for one encode, no longer.
 
 >>> pagemap.all_pristine([(ptr, nbytes), ...])
 >>> pages = pagemap.PageSnapshot(); pages.pristine(ptr, nbytes)

@@ -1,4 +1,4 @@
-"""No automatic garbage collection inside a load, and the user's collector as it was (issue 12, warm stall).
+"""No automatic garbage collection inside a load, and the user's collector as it was.
 
 The scripts run in fresh processes, each with its own collector state. ``gc.freeze(); gc.collect()`` at their
 start makes the imported libraries' heap invisible to the collector, so that a full collection comes due as

@@ -1,4 +1,4 @@
-"""Property tests of pickling.dumps/loads: both C picklers rebuild the same objects (issue 12's fast path).
+"""Property tests of pickling.dumps/loads: both C picklers rebuild the same objects.
 
 ``dumps`` pickles with ``_FastPickler`` (no ``persistent_id``: storages and arguments answered in
 ``reducer_override``, plain containers the call was given put in its memo first, so the skeleton refers to them by
