@@ -23,7 +23,7 @@ from overmind_hf import dispatch as accelerate_rule
 
 from . import dispatch, keys, packing, reducers
 
-TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, ContextManager, Iterator, Mapping
 

@@ -43,8 +43,7 @@ from overmind.adapter import (
 
 from . import dispatch, hub
 
-TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
-DYNAMIC_MODULE_PREFIXES = ("transformers_modules", "diffusers_modules")  # where the libraries put remote code
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, ContextManager, Mapping
 
@@ -55,7 +54,7 @@ class HubAdapter:
     def __init__(self, declared: str) -> None:
         self._declared = declared
         # The library's copies of a model folder's code: keyed here with the folder, carried in the entry.
-        code_keyed_by_adapter(*DYNAMIC_MODULE_PREFIXES)
+        code_keyed_by_adapter(*hub.DYNAMIC_MODULE_PREFIXES)
         self._roots: tuple[type, ...] | None = None
         self._roots_waiting: list[str] = []  # the lazy modules not imported when _roots was resolved
 

@@ -22,7 +22,7 @@ from typing import Any, Iterable
 
 from overmind.adapter import raise_users
 
-from .adapter import DYNAMIC_MODULE_PREFIXES as PREFIXES
+from .hub import DYNAMIC_MODULE_PREFIXES as PREFIXES
 
 _MAX_WALK = 200_000  # objects visited when looking for classes; a pipeline of SD size is ~20k
 

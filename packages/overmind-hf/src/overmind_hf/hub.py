@@ -24,9 +24,12 @@ import re
 
 from overmind.adapter import fingerprint, raise_users
 
-TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+# The packages the libraries import a model's own code into, fetched with it from the Hub (trust_remote_code).
+DYNAMIC_MODULE_PREFIXES = ("transformers_modules", "diffusers_modules")
 
 # A repo id is "name" or "org/name" of word characters, dots and dashes; anything else is not a Hub id.
 _REPO_ID = re.compile(r"^[\w.\-]+(/[\w.\-]+)?$")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from overmind.adapter import version_of
 from overmind_hf import arguments as common
 
-TYPE_CHECKING = False  # typing is not imported at run time: activate() imports this module (~4.5 ms)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
