@@ -23,7 +23,7 @@ import sys
 import time
 from typing import Iterator
 
-from .. import runtime
+from .. import quiet_threads, runtime
 from ..errors import OvermindError
 from . import envkey
 
@@ -169,7 +169,7 @@ def spawn(runtime_dir: str, preload: list[str], options: list[str], environ: dic
     # The template runs on; reap it when it ends so it is no zombie of this process.
     import threading
 
-    threading.Thread(target=proc.wait, daemon=True).start()
+    quiet_threads.start(threading.Thread(target=proc.wait, name="overmind-template-reaper", daemon=True))
     return json.loads(payload)
 
 
