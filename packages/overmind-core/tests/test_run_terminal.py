@@ -165,6 +165,30 @@ def test_signals_sent_to_run_reach_the_program(rt, tmp_path, sig):
     assert (proc.returncode, out) == (7, f"got {sig.name}\n"), err
 
 
+def test_a_run_that_starts_the_template_relays_from_its_only_signal_taking_thread(tmp_path):
+    """The ``run`` that starts a template (and the server) keeps a thread to reap it; that thread blocks the
+    signals a supervisor sends, so they reach the main thread that relays them, never a thread that cannot."""
+    script = rs.write(str(tmp_path), "prog.py", """
+        import os, signal, time
+        signal.signal(signal.SIGUSR1, lambda *_: (print("got", flush=True), os._exit(7)))
+        print("READY", flush=True)
+        time.sleep(600)
+    """)
+    with rs.shared_runtime() as fresh:
+        proc = rs.start([script], fresh)
+        assert rs.read_line(proc.stdout) == "READY\n"
+        threads = [int(t) for t in os.listdir(f"/proc/{proc.pid}/task") if int(t) != proc.pid]
+        assert threads, "the run that started the template holds its reaper thread"
+        for tid in threads:
+            with open(f"/proc/{proc.pid}/task/{tid}/status") as f:
+                mask = int(next(line for line in f if line.startswith("SigBlk:")).split()[1], 16)
+            for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGINT, signal.SIGWINCH):
+                assert mask >> (sig - 1) & 1, (tid, sig.name)
+        proc.send_signal(signal.SIGUSR1)
+        out, err = proc.communicate(timeout=120)
+        assert (proc.returncode, out) == (7, "got\n"), err
+
+
 def test_sigterm_with_the_default_action_kills_program_and_run_alike(rt, tmp_path):
     script = rs.write(str(tmp_path), "prog.py", "import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(600)\n")
     proc = rs.start([script], rt)

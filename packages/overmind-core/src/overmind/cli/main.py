@@ -29,6 +29,7 @@ import os
 import sys
 from typing import Any, Callable, Sequence
 
+from .._util import quiet_threads
 from .._util.humanize import human_bytes, human_duration  # noqa: F401 - also cli.human_bytes for callers
 from .._version import __version__
 from ..errors import OvermindError, ServerUnavailable
@@ -291,7 +292,7 @@ def _announce_listening(runtime_dir: str | None, announce: Callable[[dict[str, A
                       "log": st.get("log"), "max_bytes": st.get("max_bytes"), "version": st.get("version"),
                       "protocol": st.get("protocol")})
 
-    threading.Thread(target=wait, name="overmind-serve-listening", daemon=True).start()
+    quiet_threads.start(threading.Thread(target=wait, name="overmind-serve-listening", daemon=True))
 
 
 def _ask_and_print(args: argparse.Namespace, ask: Callable[[Any], Any], render: Callable[[Any], None]) -> int:

@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 
-from .._util import interrupts
+from .._util import interrupts, quiet_threads
 from ..errors import ServerUnavailable
 from ..ipc import runtime
 from . import timeouts
@@ -138,7 +138,7 @@ def start_holding(runtime_dir: str | None, key: str) -> bool:
     helper = threading.Thread(target=_finish_start, args=(directory, path, lock_fd, proc, timeouts.start_timeout()),
                               name="overmind-server-start", daemon=True)
     _starting[directory] = helper
-    helper.start()
+    quiet_threads.start(helper)
     return True
 
 
@@ -197,7 +197,7 @@ def _start_and_wait(directory: str, path: str, deadline: float, timeout: float,
     finally:
         if proc is not None:
             # Reap the server when it eventually exits so it does not linger as a zombie of this process.
-            threading.Thread(target=proc.wait, name="overmind-server-reaper", daemon=True).start()
+            quiet_threads.start(threading.Thread(target=proc.wait, name="overmind-server-reaper", daemon=True))
 
 
 def server_lock_free(runtime_dir: str | None = None) -> bool:

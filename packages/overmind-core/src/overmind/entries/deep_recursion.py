@@ -23,6 +23,8 @@ import sys
 import threading
 from typing import Any, Callable
 
+from .._util import quiet_threads
+
 BYTES_PER_LEVEL = 1024
 RESERVE = 4 << 20  # for the frames below the first recursion (hooks, reducers, torch's reduce)
 MIN_STACK = 16 << 20
@@ -65,7 +67,7 @@ def call(fn: Callable[..., Any], *args: Any) -> Any:
         with _start_lock:
             previous = threading.stack_size(stack)
             try:
-                worker.start()
+                quiet_threads.start(worker)
             finally:
                 threading.stack_size(previous)
     except (RuntimeError, ValueError, MemoryError):  # no thread, or no stack of that size: stay here, cautiously

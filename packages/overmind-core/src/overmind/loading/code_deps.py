@@ -7,10 +7,12 @@ it imports. Edited between two runs, such a module changes the plain call's resu
 
 So a miss records them (:func:`dependencies`): every module of the user's (a ``.py`` file outside installed
 distributions and the standard library) that the call imported, and every one a local import in the loader's own
-code names (resolved among the imported modules, or found without running it). Each becomes a name
-``code:<path>`` its entry varies with, as the random generators do (:mod:`.vary`): the entry is a variant selected by
-the digest of those files, and a hit digests them again (:func:`state`, by content; the stat of an unchanged file
-is remembered). An edit is a miss in the next process, never a stale object.
+code names (resolved among the imported modules, or found without running it). Not seen: a module this process had
+imported before the call and that the call reaches other than through the loader's own local imports or its
+module-level names (``importlib.import_module`` of an imported module, a local import inside another function). Each
+becomes a name ``code:<path>`` its entry varies with, as the random generators do (:mod:`.vary`): the entry is a
+variant selected by the digest of those files, and a hit digests them again (:func:`state`, by content; the stat of
+an unchanged file is remembered). An edit of a dependency is a miss in the next process, never a stale object.
 
 A module this process imported before its file changed runs the old code: the plain call would give the old
 code's result, and neither the new file's variant nor a new entry describes it. A dependency whose file changed
@@ -67,7 +69,8 @@ def dependencies(fn: Callable, modules_before: frozenset[str], call_start_ns: in
         path = _user_file(sys.modules.get(name))
         if path:
             files[path] = name
-    for name in _local_imports(fn):
+    user_loader = code_identity.distribution_of(getattr(fn, "__module__", "") or "") is None
+    for name in _local_imports(fn) if user_loader else ():  # an installed loader's imports name installed code
         path = _user_file(sys.modules.get(name)) or _unimported_user_file(name)
         if path:
             files.setdefault(path, name)

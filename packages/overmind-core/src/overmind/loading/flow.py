@@ -37,6 +37,7 @@ _local = threading.local()
 # grants that claim to any thread of the process, so the process's other threads wait here for the first one.
 _start_claims: dict[str, threading.Event] = {}
 _start_lock = threading.Lock()
+_CODE_CHANGED = "a module it depends on changed since this process imported it"  # vary.variant_key gave None
 NESTED_WAIT_S = 60.0  # a nested load waits less: two processes waiting on each other's claims must not hang
 
 
@@ -136,8 +137,7 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
             names = [str(n) for n in meta[vary_mod.MARKER]]
             variant_key = vary_mod.variant_key(ck.key, names)
             if variant_key is None:
-                log.debug("overmind: not serving %s: a module it depends on changed since this process imported it",
-                          loader.name)
+                log.debug("overmind: not serving %s: %s", loader.name, _CODE_CHANGED)
                 return fn(*args, **kwargs)
             variant = key.CacheKey(variant_key, ck.summary, ck.ambient)
             return _cached_call(loader, variant, args, kwargs, recheck, arguments, vary=names)
@@ -240,8 +240,7 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
             variant_key = vary_mod.variant_key(ck.key, names, generators)
             if variant_key is None:
                 _release(client, ck.key)
-                log.debug("overmind: not caching %s: a module it depends on changed since this process imported it",
-                          loader.name)
+                log.debug("overmind: not caching %s: %s", loader.name, _CODE_CHANGED)
                 return result
             target = key.CacheKey(variant_key, ck.summary, ck.ambient)
         try:

@@ -24,6 +24,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from .._util import quiet_threads
+
 ENV_SERVE_TEMPLATE = "OVERMIND_SERVE_TEMPLATE"
 
 
@@ -230,4 +232,4 @@ def start_template_for_serve(args: argparse.Namespace,
             if announce is not None:
                 announce({"event": "template", "pid": None, "error": str(exc)})
 
-    threading.Thread(target=start, name="overmind-template-start", daemon=True).start()
+    quiet_threads.start(threading.Thread(target=start, name="overmind-template-start", daemon=True))

@@ -23,6 +23,7 @@ import sys
 import time
 from typing import Iterator
 
+from .._util import quiet_threads
 from ..errors import OvermindError
 from ..ipc import runtime
 from . import envkey
@@ -169,7 +170,7 @@ def spawn(runtime_dir: str, preload: list[str], options: list[str], environ: dic
     # The template runs on; reap it when it ends so it is no zombie of this process.
     import threading
 
-    threading.Thread(target=proc.wait, daemon=True).start()
+    quiet_threads.start(threading.Thread(target=proc.wait, name="overmind-template-reaper", daemon=True))
     return json.loads(payload)
 
 
