@@ -66,6 +66,131 @@ def test_owns_by_the_loader_owner_class():
     assert not adapter.owns(types.SimpleNamespace(owner=None), (Base,))
 
 
+class LoraMixin:
+    @classmethod
+    def load_lora_weights(cls):
+        return cls
+
+
+class Pipeline(LoraMixin):
+    @classmethod
+    def from_pretrained(cls):
+        return cls()
+
+    @classmethod
+    def from_config(cls):
+        return cls()
+
+
+class CustomPipeline(Pipeline):
+    @classmethod
+    def from_pretrained(cls):
+        return super().from_pretrained()
+
+
+def test_owns_a_spec_by_its_attribute_exactly(monkeypatch):
+    from overmind.keys.key import describe_loader
+
+    monkeypatch.setitem(sys.modules, "kitpipes", types.SimpleNamespace(Pipeline=Pipeline, LoraMixin=LoraMixin))
+    pipelines, lora = [adapter.Spec("kitpipes:Pipeline")], [adapter.Spec("kitpipes:LoraMixin", "load_lora_weights")]
+    assert adapter.owns(describe_loader(CustomPipeline.from_pretrained), pipelines)
+    assert adapter.owns(describe_loader(Pipeline.from_pretrained), pipelines)
+    assert not adapter.owns(describe_loader(Pipeline.from_config), pipelines)
+    # a mixin's spec claims the mixin's loader, never the pipeline's own (which another adapter may own)
+    assert not adapter.owns(describe_loader(Pipeline.from_pretrained), lora)
+    assert adapter.owns(describe_loader(CustomPipeline.load_lora_weights), lora)
+    # the class form owns every classmethod of the subclasses, as it says
+    assert adapter.owns(describe_loader(Pipeline.from_config), (Pipeline,))
+
+
+def test_owns_a_spec_while_it_is_patched_and_never_imports(monkeypatch):
+    from overmind.adapters import patching
+    from overmind.keys.key import describe_loader
+
+    monkeypatch.setitem(sys.modules, "kitpipes", types.SimpleNamespace(Pipeline=Pipeline))
+    specs = [adapter.Spec("kitpipes:Pipeline")]
+    seen = []
+    targets = adapter.collect("kitpipes", specs)
+    for target in targets:
+        patching.apply(target, lambda fn, *a, **k: seen.append(describe_loader(fn)) or fn(*a, **k))
+    try:
+        CustomPipeline.from_pretrained()
+        Pipeline.from_pretrained()
+    finally:
+        for target in targets:
+            patching.restore(target)
+    # the override, then the base's loader it reaches through super() (bound to the subclass), then the base's
+    assert [(loader.owner, loader.func) for loader in seen] == [
+        (CustomPipeline, vars(CustomPipeline)["from_pretrained"].__func__),
+        (CustomPipeline, vars(Pipeline)["from_pretrained"].__func__),
+        (Pipeline, vars(Pipeline)["from_pretrained"].__func__)]
+    assert all(adapter.owns(loader, specs) for loader in seen)
+    monkeypatch.delitem(sys.modules, "kitpipes")
+    assert not adapter.owns(seen[0], specs)  # its module is not imported (here: gone): nothing is imported to tell
+
+
+def _write_package(root, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_a_function_spec_patches_the_function_and_every_re_export_to_one_original(tmp_path, monkeypatch):
+    from overmind.adapters import patching
+    from overmind.keys.key import describe_loader
+
+    _write_package(tmp_path, {
+        "kitfn/__init__.py": "from .models import create_model\nfrom .models._factory import create_model as make\n",
+        "kitfn/models/__init__.py": "from ._factory import create_model, other\n",
+        "kitfn/models/_factory.py": "def create_model(name, seed=0):\n    return (name, seed)\n\n"
+                                    "def other():\n    return 1\n",
+    })
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    kitfn = importlib.import_module("kitfn")
+    factory = importlib.import_module("kitfn.models._factory")
+    original = factory.create_model
+    try:
+        spec = adapter.Function("kitfn.models._factory:create_model")
+        targets = adapter.collect("kitfn", [spec])
+        assert sorted((t.owner.__name__, t.name, t.kind) for t in targets) == [
+            ("kitfn", "create_model", "function"), ("kitfn", "make", "function"),
+            ("kitfn.models", "create_model", "function"), ("kitfn.models._factory", "create_model", "function")]
+        calls = []
+        for target in targets:
+            patching.apply(target, lambda fn, *a, **k: calls.append(describe_loader(fn)) or fn(*a, **k))
+        try:
+            assert adapter.collect("kitfn", [spec]) == targets  # found again while patched, once each
+            results = [kitfn.create_model("a"), kitfn.make("b"), kitfn.models.create_model("c"),
+                       factory.create_model("d", seed=1)]
+        finally:
+            for target in targets:
+                patching.restore(target)
+        assert results == [("a", 0), ("b", 0), ("c", 0), ("d", 1)]
+        assert [loader.func for loader in calls] == [original] * 4  # one loader, so one key, whichever name
+        assert all(adapter.owns(loader, [spec]) for loader in calls)
+        assert not adapter.owns(describe_loader(factory.other), [spec])
+        assert not adapter.owns(describe_loader(Pipeline.from_pretrained), [spec])
+        assert kitfn.create_model is original and kitfn.make is original  # restored by identity
+    finally:
+        for name in [m for m in sys.modules if m == "kitfn" or m.startswith("kitfn.")]:
+            del sys.modules[name]
+
+
+def test_a_function_spec_the_version_lacks_is_skipped_quietly_and_a_non_function_warns(monkeypatch):
+    monkeypatch.setitem(sys.modules, "kitnone", types.SimpleNamespace(__name__="kitnone", loader=len))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert adapter.collect("kitnone", [adapter.Function("kitnone_absent.sub:f")]) == []
+        assert adapter.collect("kitnone", [adapter.Function("kitnone:missing")]) == []
+        assert caught == []
+        assert adapter.collect("kitnone", [adapter.Function("kitnone:loader")]) == []
+    assert len(caught) == 1 and "kitnone.loader" in str(caught[0].message)
+    assert "not a function" in str(caught[0].message)
+
+
 # --- what the core does that an adapter may ask of it -------------------------------------------------------
 
 def test_raise_users_lets_a_signal_handlers_exception_through_and_nothing_else():

@@ -4,9 +4,10 @@ An adapter is a module of ``overmind_*`` hooks registered under the entry-point 
 (see :mod:`overmind.adapters.hookspecs` and ``docs/adapters.md``). This module gives it:
 
 - :data:`hookimpl`, the marker for its hooks, and :class:`PatchTarget`, what ``overmind_patch_targets`` returns;
-- :class:`Spec`, :func:`resolve`, :func:`collect` and :func:`owns`: loaders named as ``"module:Class"`` specs,
-  resolved to patch targets (each class's own loader plus every imported subclass that overrides it), and
-  whether a :class:`overmind.keys.key.Loader` is one of them;
+- :class:`Spec`, :class:`Function`, :func:`resolve`, :func:`collect` and :func:`owns`: loaders named as
+  ``"module:Class"`` specs (each class's own loader plus every imported subclass that overrides it) or as
+  ``"module:function"`` specs (the function where it is defined and everywhere its package re-exports it),
+  resolved to patch targets, and whether a :class:`overmind.keys.key.Loader` is one of them;
 - :func:`label` and :func:`warn`: warnings that name the adapter, its version, the library and its version;
 - :class:`Uncacheable` (raise it from a key hook to leave one call uncached) and :class:`NotCacheable` (raise
   it while a result is readied for pickling: the message says why and what to do); :class:`PicklingFailed`, what
@@ -50,8 +51,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Iterable, NamedTuple
 
-__all__ = ["hookimpl", "PatchTarget", "Spec", "resolve", "resolve_roots", "collect", "waiting_modules", "owns",
-           "label", "warn",
+__all__ = ["hookimpl", "PatchTarget", "Spec", "Function", "resolve", "resolve_roots", "collect", "waiting_modules",
+           "owns", "label", "warn",
            "version_of", "dist_of", "Uncacheable", "uncacheable", "NotCacheable", "NotCachedByDesign",
            "meta_intended", "code_keyed_by_adapter", "PicklingFailed", "raise_users", "patch_now", "is_patched",
            "get_original", "fingerprint", "load_memo", "logger", "in_cache_mapping", "pages_untouched",
@@ -225,6 +226,39 @@ class Spec(_SpecFields):
         return self.lazy and self.module not in sys.modules
 
 
+if TYPE_CHECKING:
+    class _FunctionFields(NamedTuple):
+        where: str
+        lazy: bool = False
+else:
+    _FunctionFields = collections.namedtuple("Function", ("where", "lazy"), defaults=(False,))
+
+
+class Function(_FunctionFields):
+    """A module-level loader: ``where`` is ``"package.module:function"``, the module that defines it.
+
+    Libraries re-export their loaders (``timm.create_model``, ``timm.models.create_model`` and
+    ``timm.models._factory.create_model`` are one function): :func:`collect` patches the function in its own
+    module and in every imported module of its top-level package that holds it, under whatever name, and all
+    of them route to the one original, so they share one key. A module that imported the function before
+    ``activate()`` (``from timm import create_model`` at the top of a user's script) keeps the unpatched one:
+    activate first. ``lazy``, as for :class:`Spec`.
+    """
+
+    __slots__ = ()
+
+    @property
+    def module(self) -> str:
+        return self.where.partition(":")[0]
+
+    @property
+    def name(self) -> str:
+        return self.where.partition(":")[2]
+
+    def waiting(self) -> bool:
+        return self.lazy and self.module not in sys.modules
+
+
 def resolve(where: str) -> Any:
     """Import ``"package.module:Qual.Name"`` and return the object."""
     module_name, _, qualname = where.partition(":")
@@ -234,12 +268,12 @@ def resolve(where: str) -> Any:
     return obj
 
 
-def resolve_roots(specs: Iterable[Spec]) -> tuple[type, ...]:
+def resolve_roots(specs: Iterable[Spec | Function]) -> tuple[type, ...]:
     """The classes ``specs`` name that resolve; the others are skipped (:func:`collect` reports them), and so
-    are lazy ones whose module is not imported (resolving them would import it)."""
+    are lazy ones whose module is not imported (resolving them would import it) and :class:`Function` specs."""
     out = []
     for spec in specs:
-        if spec.waiting():
+        if isinstance(spec, Function) or spec.waiting():
             continue
         try:
             out.append(resolve(spec.where))
@@ -248,10 +282,62 @@ def resolve_roots(specs: Iterable[Spec]) -> tuple[type, ...]:
     return tuple(out)
 
 
-def owns(loader: Any, roots: tuple[type, ...]) -> bool:
-    """Whether ``loader`` (an :class:`overmind.keys.key.Loader`) belongs to a class derived from one of ``roots``."""
+def owns(loader: Any, specs: Iterable[Spec | Function | type]) -> bool:
+    """Whether ``loader`` (an :class:`overmind.keys.key.Loader`) is one of the loaders ``specs`` name.
+
+    A :class:`Spec` owns its attribute, exactly: ``Sub.from_pretrained`` for a ``Spec("lib:Base")`` where ``Sub``
+    derives from ``Base`` and its ``from_pretrained`` is the one ``Base`` names or an override of it; another
+    classmethod of the same class (``Sub.from_config``) is not owned, nor is the loader of another library that
+    a class of ``lib`` happens to mix in. A :class:`Function` owns that function, however it was reached. A
+    class (the older form, ``owns(loader, resolve_roots(SPECS))``) owns every classmethod of its subclasses.
+
+    It never imports: a spec whose module is not imported yet owns nothing (no loader of it can have run), so a
+    key hook, which runs in every process, may call it before the library is imported.
+    """
     owner = getattr(loader, "owner", None)
-    return isinstance(owner, type) and issubclass(owner, roots)
+    func = getattr(loader, "func", None)
+    for spec in specs:
+        if isinstance(spec, type):
+            if isinstance(owner, type) and issubclass(owner, spec):
+                return True
+        elif isinstance(spec, Function):
+            if owner is None and func is not None and func is _imported_function(spec):
+                return True
+        elif isinstance(owner, type) and func is not None:
+            root = _imported(spec.where)
+            if isinstance(root, type) and issubclass(owner, root) and _defines(owner, spec.attr, func):
+                return True
+    return False
+
+
+def _imported(where: str) -> Any:
+    """The object ``"module:Qual.Name"`` names if its module is imported, else None (never imports)."""
+    module_name, _, qualname = where.partition(":")
+    obj: Any = sys.modules.get(module_name)
+    for part in qualname.split(".") if obj is not None else ():
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def _imported_function(spec: Function) -> Any:
+    """The original function ``spec`` names (not its patch), if its module is imported."""
+    module = sys.modules.get(spec.module)
+    if module is None or not hasattr(module, spec.name):
+        return None
+    return get_original(module, spec.name)
+
+
+def _defines(owner: type, attr: str, func: Any) -> bool:
+    """Whether ``func`` is ``attr`` as a class of ``owner``'s MRO defines it, unpatched: the override Python
+    resolves ``owner.attr`` to, or one it reaches through ``super()`` (a loader then bound to ``owner``)."""
+    for cls in owner.__mro__:
+        if attr in vars(cls):
+            found = get_original(cls, attr)
+            if getattr(found, "__func__", found) is func:
+                return True
+    return False
 
 
 def _subclasses(root: type) -> list[type]:
@@ -299,13 +385,15 @@ def _undefined(where: str, attr: str) -> str | None:
 _log = logger("overmind")
 
 
-def waiting_modules(specs: Iterable[Spec]) -> list[str]:
+def waiting_modules(specs: Iterable[Spec | Function]) -> list[str]:
     """The modules of the lazy ``specs`` not imported yet, each once: what ``overmind_patch_later`` returns."""
     return list(dict.fromkeys(spec.module for spec in specs if spec.waiting()))
 
 
-def collect(adapter: str, specs: Iterable[Spec]) -> list[PatchTarget]:
-    """The patch targets of ``specs``, in a stable order, each (owner, attr) once.
+def collect(adapter: str, specs: Iterable[Spec | Function]) -> list[PatchTarget]:
+    """The patch targets of ``specs``, in a stable order, each (owner, attr) once: a :class:`Spec`'s class and
+    its overriding subclasses (``kind="classmethod"``), a :class:`Function`'s module and the modules of its
+    package that re-export it (``kind="function"``).
 
     A spec the installed library version does not define (its module, class or loader is absent: a newer
     class, or one a version dropped) is skipped with one debug line on the ``overmind`` logger. A spec that
@@ -316,6 +404,10 @@ def collect(adapter: str, specs: Iterable[Spec]) -> list[PatchTarget]:
     for spec in specs:
         if spec.waiting():
             continue  # lazy, its module not imported: patched once it is (waiting_modules)
+        if isinstance(spec, Function):
+            for target in _function_targets(adapter, spec):
+                targets.setdefault((id(target.owner), target.name), target)
+            continue
         name = f"{spec.where.replace(':', '.')}.{spec.attr}"
         try:
             missing = _undefined(spec.where, spec.attr)
@@ -342,3 +434,47 @@ def collect(adapter: str, specs: Iterable[Spec]) -> list[PatchTarget]:
             if _own_classmethod(cls, spec.attr) and (id(cls), spec.attr) not in targets:
                 targets[(id(cls), spec.attr)] = PatchTarget(cls, spec.attr, kind="classmethod", adapter=adapter)
     return list(targets.values())
+
+
+def _function_targets(adapter: str, spec: Function) -> list[PatchTarget]:
+    """The function's own module and every imported module of its top-level package holding it, in name order;
+    nothing, with the same debug line or warning as a class spec, where the installed version lacks it or it is
+    no function."""
+    import types
+
+    name = spec.where.replace(":", ".")
+    try:
+        module = importlib.import_module(spec.module)
+    except ModuleNotFoundError as e:
+        if e.name and (spec.module == e.name or spec.module.startswith(e.name + ".")):
+            _log.debug("overmind: %s: %s is not defined in this version (no module %s); nothing to patch there",
+                       label(adapter), name, e.name)
+            return []
+        interrupts.raise_users(e)
+        warn(f"overmind: {label(adapter)} cannot patch {name}: {type(e).__name__}: {e}. Those loads run without the "
+             f"cache; upgrade {dist_of(adapter)} or pin {adapter} to a version it supports.")
+        return []
+    except Exception as e:
+        interrupts.raise_users(e)
+        warn(f"overmind: {label(adapter)} cannot patch {name}: {type(e).__name__}: {e}. Those loads run without the "
+             f"cache; upgrade {dist_of(adapter)} or pin {adapter} to a version it supports.")
+        return []
+    if not hasattr(module, spec.name):
+        _log.debug("overmind: %s: %s is not defined in this version (no %s in %s); nothing to patch there",
+                   label(adapter), name, spec.name, spec.module)
+        return []
+    func = get_original(module, spec.name)
+    if not isinstance(func, types.FunctionType):
+        warn(f"overmind: {label(adapter)} cannot patch {name}: it is a {type(func).__name__}, not a function. "
+             f"Those loads run without the cache; upgrade the adapter.")
+        return []
+    top = spec.module.partition(".")[0]
+    found = [(spec.module, spec.name)]
+    for module_name, other in sorted(sys.modules.copy().items()):
+        if other is None or other is module or not (module_name == top or module_name.startswith(top + ".")):
+            continue
+        for attr, value in list(vars(other).items()):
+            if value is func or (is_patched(other, attr) and get_original(other, attr) is func):
+                found.append((module_name, attr))
+    return [PatchTarget(sys.modules[module_name], attr, kind="function", adapter=adapter)
+            for module_name, attr in found]
