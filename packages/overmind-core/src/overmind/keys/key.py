@@ -18,7 +18,7 @@ import os
 import re
 import types
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import local_classes, torch_state
@@ -124,6 +124,9 @@ class CacheKey:
     key: str
     summary: str
     ambient: tuple = torch_state.DEFAULTS  # the process state the key holds (torch_state.key_part)
+    # what the digest was made of (for what_changed): the loader's identity, ((argument name, canonical form), ...)
+    # and the adapters' parts
+    described: tuple = field(default=(None, (), None), compare=False, repr=False)
 
 
 def make_key(loader: Loader, arguments: dict[str, Any], extra_parts: list[Any] | tuple[()] = (),
@@ -141,7 +144,27 @@ def make_key(loader: Loader, arguments: dict[str, Any], extra_parts: list[Any] |
     state = torch_state.key_part()
     material = repr((KEY_VERSION, identity, canon_args, extra, state))
     digest = hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()[:40]
-    return CacheKey(digest, summarize(loader, arguments), state)
+    return CacheKey(digest, summarize(loader, arguments), state, (identity, canon_args, extra))
+
+
+def what_changed(before: CacheKey, after: CacheKey) -> str:
+    """What differs between two keys of one call, in words: ``"its argument 'model'"``, ``"the files it
+    reads"``, ``"torch's process state"``, its own identity (a global its code reads), for a loader that changed
+    what its key describes while it ran."""
+    (loader_before, args_before, extra_before), (loader_after, args_after, extra_after) = before.described, \
+        after.described
+    old, new = dict(args_before), dict(args_after)
+    names = [name for name in sorted(old.keys() | new.keys()) if old.get(name) != new.get(name)]
+    parts = []
+    if loader_before != loader_after:
+        parts.append("its own identity (a global value its code reads)")
+    if names:
+        parts.append(f"its argument{'s' if len(names) > 1 else ''} {', '.join(repr(n) for n in names)}")
+    if extra_before != extra_after:
+        parts.append("the files it reads (or another part an adapter keys)")
+    if before.ambient != after.ambient:
+        parts.append("torch's process state (default dtype or device, a mode)")
+    return " and ".join(parts) or "its key"
 
 
 _SECRET = re.compile(r"token|password|passwd|secret|api_?key|credential", re.IGNORECASE)

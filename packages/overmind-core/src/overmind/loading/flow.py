@@ -82,11 +82,13 @@ class _Recheck:
     def __init__(self, loader: key.Loader, arguments: dict, extra: list) -> None:
         self.loader, self.arguments, self.extra = loader, arguments, extra
 
-    def unchanged(self, ck: key.CacheKey) -> bool:
+    def changes(self, ck: key.CacheKey) -> str | None:
+        """What the loader changed of what ``ck`` describes, in words; None where the key is still ``ck``'s."""
         try:
-            return key.make_key(self.loader, self.arguments, self.extra, _value_hook).key == vary_mod.base_key(ck.key)
-        except key.Unkeyable:
-            return False
+            now = key.make_key(self.loader, self.arguments, self.extra, _value_hook)
+        except key.Unkeyable as e:
+            return f"its arguments, which can no longer be described ({e})"
+        return None if now.key == vary_mod.base_key(ck.key) else key.what_changed(ck, now)
 
 
 def _value_hook(value: Any) -> Any:
@@ -139,7 +141,7 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
             if variant_key is None:
                 log.debug("overmind: not serving %s: %s", loader.name, _CODE_CHANGED)
                 return fn(*args, **kwargs)
-            variant = key.CacheKey(variant_key, ck.summary, ck.ambient)
+            variant = key.CacheKey(variant_key, ck.summary, ck.ambient, ck.described)
             return _cached_call(loader, variant, args, kwargs, recheck, arguments, vary=names)
         try:
             obj = codec.decode(res.entry, res.fds, arguments)
@@ -242,7 +244,7 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
                 _release(client, ck.key)
                 log.debug("overmind: not caching %s: %s", loader.name, _CODE_CHANGED)
                 return result
-            target = key.CacheKey(variant_key, ck.summary, ck.ambient)
+            target = key.CacheKey(variant_key, ck.summary, ck.ambient, ck.described)
         try:
             rebuilt = publish(client, loader, target, result, arguments, recheck, load_arena, warned.records,
                               logged.for_entry(), after)
@@ -322,8 +324,10 @@ def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments
     states after the call).
     """
     def before_write() -> None:
-        if recheck is not None and not recheck.unchanged(ck):
-            raise KeyChanged(f"the files or arguments of {loader.name} changed while it loaded")
+        what = recheck.changes(ck) if recheck is not None else None
+        if what is not None:
+            raise KeyChanged(f"{loader.name} changed {what} while it loaded; a hit cannot make that change to "
+                             f"the objects of another call, so this call runs plain each time")
 
     expect_meta = torch_state.makes_meta(ck.ambient)
     try:
