@@ -12,7 +12,14 @@ from overmind import activation
 from overmind.adapters import discovery, patching
 from overmind.adapters.discovery import AdapterError
 from overmind.fallback import OvermindWarning
-from overmind.testing import check_patch_symmetry, check_targets_resolve, overmind_mapped, run_fresh
+from overmind.testing import (
+    check_cached_like_plain,
+    check_claims_only_its_own,
+    check_patch_symmetry,
+    check_targets_resolve,
+    overmind_mapped,
+    run_fresh,
+)
 from overmind_fixture_adapter import lib
 
 FIXTURE_ADAPTERS = {"fixture", "fixture_broken", "future"}
@@ -51,6 +58,55 @@ def test_entry_point_adapter_is_discovered_and_patches_symmetrically(overmind_ru
 def test_conformance_checks_pass_for_the_fixture_adapter(overmind_runtime):
     assert check_targets_resolve("fixture")
     assert check_patch_symmetry("fixture")
+
+
+def test_behavioural_conformance_passes_for_the_fixture_adapter_with_a_loader_that_draws(overmind_runtime, tmp_path):
+    path = tmp_path / "w.pt"
+    torch.save(torch.arange(6.0), path)
+    plain, miss, hit = check_cached_like_plain(f"""
+        import torch, overmind
+        from overmind.testing import report
+        overmind.activate(strict=True)
+        from overmind_fixture_adapter.lib import Model
+        torch.manual_seed(3)
+        model = Model.from_pretrained({str(path)!r}, scale=2.0, head=4)  # draws its head
+        after = torch.nn.Linear(6, 2)  # drawn after the load: from where the load left torch's generator
+        report([type(model).__name__, model.weight.tolist(), model.handle.name, model.head.tolist(),
+                after.weight.tolist()])
+    """)
+    torch.manual_seed(3)
+    assert plain["reported"][0][:4] == ["Model", [0.0, 2.0, 4.0, 6.0, 8.0, 10.0], "w.pt", torch.randn(4).tolist()]
+    assert "torch" in plain["draws"]
+    assert check_claims_only_its_own("fixture")
+
+
+def test_behavioural_conformance_fails_where_nothing_is_served(overmind_runtime, tmp_path):
+    path = tmp_path / "w.pt"
+    torch.save(torch.arange(6.0), path)
+    script = f"""
+        import overmind
+        from overmind.testing import report
+        overmind.activate()
+        from overmind_fixture_adapter.lib import Model
+        report(Model.from_pretrained({str(path)!r}).weight.tolist())
+    """
+    with pytest.raises(AssertionError, match="was not served from the cache"):
+        check_cached_like_plain(script, env={"OVERMIND_DISABLED_ADAPTERS": others_blocked("fixture")})
+
+
+def test_behavioural_conformance_fails_where_the_random_stream_differs(overmind_runtime):
+    """A script that leaves a seeded generator elsewhere with Overmind than without fails the check, as a loader
+    whose hit skipped its draws would."""
+    script = """
+        import os, random
+        from overmind.testing import report
+        random.seed(0)
+        if os.environ.get("OVERMIND_DISABLE") != "1":
+            random.random()
+        report("same")
+    """
+    with pytest.raises(AssertionError, match="left the random generator elsewhere"):
+        check_cached_like_plain(script)
 
 
 def test_patched_loader_is_cached_across_processes(overmind_runtime, tmp_path):

@@ -102,9 +102,83 @@ def stop_servers(path: str) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+_reported: list = []  # what report() handed back in this process (check_cached_like_plain's trailer reads it)
+
+
 def report(value: Any) -> None:
     """In a script run by :func:`run_fresh`: hand ``value`` (JSON-serialisable) back to the test."""
+    _reported.append(value)
     print(RESULT_MARK + json.dumps(value), flush=True)
+
+
+def _draws_after() -> dict:
+    """The next draws of every global random generator this process has imported: where a cached call must
+    leave them exactly as the plain call does."""
+    draws: dict[str, Any] = {"random": __import__("random").random()}
+    if "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        draws["torch"] = torch.randn(8, dtype=torch.float64).tolist()
+    if "numpy" in sys.modules:
+        draws["numpy"] = sys.modules["numpy"].random.random(3).tolist()
+    return draws
+
+
+_TRAILER = """
+
+import overmind.testing as _overmind_testing
+_overmind_testing.report({"reported": _overmind_testing._reported[:], "draws": _overmind_testing._draws_after()})
+"""
+
+
+def check_cached_like_plain(script: str, *, env: dict[str, str] | None = None, timeout: float = 300) -> list:
+    """The behavioural conformance check: ``script`` (dedented) activates Overmind, loads as a user would and
+    :func:`report`-s what must match (values, dtypes, classes, digests of the weights). It runs in fresh
+    processes against this test's server (use the ``overmind_runtime`` fixture): twice plain
+    (``OVERMIND_DISABLE=1``), then with Overmind twice, the first publishing and the second served from the
+    cache. Each run with Overmind must report what the plain runs reported and leave every global random
+    generator the plain runs leave alike (``random``, torch, NumPy: their next draws are compared; one the
+    script does not seed starts from the OS in each process, plain or not, and is not compared) where plain
+    leaves it, and the server must count a hit during the last run. Returns the reports (plain, miss, hit).
+    """
+    from .inspection import cache_info
+
+    text = textwrap.dedent(script) + _TRAILER
+    plain_env = {**(env or {}), "OVERMIND_DISABLE": "1"}
+    plain, again = run_fresh(text, env=plain_env, timeout=timeout), run_fresh(text, env=plain_env, timeout=timeout)
+    assert plain["reported"] == again["reported"], (
+        f"two plain runs of the script reported different values ({plain['reported']!r}, {again['reported']!r}): "
+        f"report what a load determines")
+    repeatable = sorted(name for name, draws in plain["draws"].items() if again["draws"].get(name) == draws)
+    miss = run_fresh(text, env=env, timeout=timeout)
+    hits_before = sum(entry.hits for entry in cache_info(processes=False).entries)
+    hit = run_fresh(text, env=env, timeout=timeout)
+    hits_after = sum(entry.hits for entry in cache_info(processes=False).entries)
+    for name, run in (("the first run with Overmind (a miss)", miss), ("the second run with Overmind (a hit)", hit)):
+        assert run["reported"] == plain["reported"], (
+            f"{name} reported {run['reported']!r}, the plain run {plain['reported']!r}")
+        for generator in repeatable:
+            assert run["draws"].get(generator) == plain["draws"][generator], (
+                f"{name} left the {generator} generator elsewhere than the plain run: next draws "
+                f"{run['draws'].get(generator)!r}, plain {plain['draws'][generator]!r}")
+    assert hits_after > hits_before, "the second run with Overmind was not served from the cache (no hit counted)"
+    return [plain, miss, hit]
+
+
+def check_claims_only_its_own(name: str) -> list:
+    """No patch target of adapter ``name`` is another live adapter's (two adapters routing one loader would
+    each key and refuse it by their own rules). Returns ``name``'s targets."""
+    from .adapters import discovery, hooks
+
+    mine = _adapter_targets(name)
+    slots = {(id(t.owner), t.name): t for t in mine}
+    for other, state in discovery.states().items():
+        if other == name or state.status != "loaded" or not state.live():
+            continue
+        for target in hooks.patch_targets(other):
+            clash = slots.get((id(target.owner), target.name))
+            assert clash is None, (f"adapter {name!r} patches {clash.describe()}, which adapter {other!r} "
+                                   f"patches too: narrow one of the specs")
+    return mine
 
 
 def run_fresh(script: str, *, env: dict[str, str] | None = None, timeout: float = 300, check: bool = True) -> Any:

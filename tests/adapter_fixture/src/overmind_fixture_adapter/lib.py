@@ -22,13 +22,17 @@ class Model(torch.nn.Module):
         self.handle = handle
 
     @classmethod
-    def from_pretrained(cls, path: str, scale: float = 1.0) -> Model:
-        """Reads a tensor saved with torch.save; appends a line to $FIXTURE_LOAD_LOG per real load."""
+    def from_pretrained(cls, path: str, scale: float = 1.0, head: int = 0) -> Model:
+        """Reads a tensor saved with torch.save; appends a line to $FIXTURE_LOAD_LOG per real load. ``head``: also
+        a head of that many values drawn from torch's global generator (a loader that initialises at random)."""
         log = os.environ.get("FIXTURE_LOAD_LOG")
         if log:
             with open(log, "a") as f:
                 f.write(f"{cls.__name__} {os.getpid()}\n")
-        return cls(torch.load(path) * scale, Handle(os.path.basename(path)))
+        model = cls(torch.load(path) * scale, Handle(os.path.basename(path)))
+        if head:
+            model.head = torch.nn.Parameter(torch.randn(head))
+        return model
 
 
 class SpecialModel(Model):
