@@ -220,8 +220,7 @@ def _token(obj: Any) -> int:
 def _kept(shot: Any) -> Any:
     """What a record keeps of a module snapshot, compared instead of the snapshot: equal exactly when the snapshots
     hold equal values of equal types (never looser than ``==`` on the snapshots; stricter only where a value kept
-    its value but changed its type), in ~a quarter of the memory (~0.5 MiB less in a warm blog process;
-    docs/benchmarks.md, twenty-first session).
+    its value but changed its type), in ~a quarter of the memory (~0.5 MiB less in a warm blog process).
 
     The modules and tensor rows become one ``marshal`` version 0 string (no references or interning marks: equal
     bytes exactly when the values and their types are equal, ``1``, ``1.0`` and ``True`` apart), with each type,
