@@ -68,5 +68,5 @@ def test_peft_on_a_cached_base_model_runs_plain_and_names_the_argument(overmind_
             assert torch.equal(_outputs(model), expected)
     lines = [r.getMessage() for r in caplog.records if "not caching" in r.getMessage()]
     assert len(lines) == 2 and all("its argument 'model'" in line for line in lines), lines
-    info = overmind.cache_info(processes=False)
+    info = overmind.cache_info()
     assert sum(entry.hits for entry in info.entries) >= 1  # the base model's second load was served
