@@ -19,15 +19,20 @@ from ._version import __version__
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable, ParamSpec, TypeVar
 
     from .inspection import CacheInfo, EvictResult
+
+    P = ParamSpec("P")
+    R = TypeVar("R")
 
 __all__ = ["load", "activate", "deactivate", "cache_info", "evict", "hookimpl", "__version__"]
 
 
-def load(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+def load(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
     """Return ``fn(*args, **kwargs)``, served from the machine-wide cache when possible.
+
+    Typed as ``fn`` is: a type checker takes the arguments ``fn`` takes, and the result for what ``fn`` returns.
 
     The first call on this machine runs ``fn`` and publishes the result; later calls, in this or any other
     process of the same user, get an equal, independent object whose tensors are mapped copy-on-write from
