@@ -176,7 +176,8 @@ def is_open(fd: int) -> bool:
     try:
         os.fstat(fd)
         return True
-    except OSError:
+    except OSError as exc:
+        interrupts.raise_users(exc)
         return False
 
 

@@ -227,9 +227,13 @@ def stop_all(runtime_dir: str | None = None, timeout: float = 10.0) -> list[int]
     deadline = time.monotonic() + timeout
     while still_serving() and time.monotonic() < deadline:
         time.sleep(0.05)
-    for pid in still_serving():
+    killed = still_serving()
+    for pid in killed:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0  # SIGKILL is delivered asynchronously: listed no more once it has been
+    while any(_alive(p) for p in killed) and time.monotonic() < deadline:
+        time.sleep(0.02)
     return pids
 
 
