@@ -15,7 +15,7 @@ import pytest
 import overmind
 from overmind.cli.main import EXIT_CODES
 from overmind.client.connection import Client
-from overmind.inspection import AmbiguousPrefix, CacheEntry, CacheInfo
+from overmind.inspection import AmbiguousPrefix, CacheEntry, CacheInfo, EvictUsage, NoSuchEntry
 
 LONG = "/srv/models/huggingface/hub/models--org--a-very-long-repository-name/snapshots/0123456789abcdef"
 
@@ -130,15 +130,42 @@ def test_evict_by_any_unique_prefix_with_dry_run(cache):
     assert "matches 2 entries" in ambiguous.stderr and "Traceback" not in ambiguous.stderr
     assert "no cached entry starts with 'zzzz'" in om("evict", "zzzz", rc=1).stderr
     refused = om("evict", "aaaa1", rc=1)
-    assert "referenced by" in refused.stderr
+    # the blocker by its ENTRY, as 'overmind ls' shows it, and its loader
+    assert "referenced by bbbb3333pipe (StableDiffusionPipeline.from_pretrained)" in refused.stderr
+    dry = om("evict", "cccc", "bbbb3", "--dry-run")
+    assert "would free 30 B of shared memory (2 entries)" in dry.stdout
     out = json.loads(om("evict", "bbbb3", "aaaa1", "--json").stdout)  # the pipeline first, then its unet
-    assert out == {"dry_run": False, "evicted": ["bbbb3333pipe", "aaaa1111unet"], "refused": []}
+    assert out == {"dry_run": False, "evicted": ["bbbb3333pipe", "aaaa1111unet"], "refused": [], "freed_bytes": 3010}
     entry_id = next(e["entry_id"] for e in cache.ls() if e["key"] == "cccc4444conf")
     assert "evicted cccc4444conf" in om("evict", entry_id[:10]).stdout  # an entry id prefix works too
-    with pytest.raises(AmbiguousPrefix):
+    with pytest.raises(NoSuchEntry, match="no cached entry starts with 'nothing-like-it'"):
         overmind.evict("nothing-like-it")
     assert overmind.evict(all=True, dry_run=True).evicted == ["aaaa2222vae"]
     assert "evicted aaaa2222vae" in om("evict", "--all").stdout
+
+
+def test_evict_refuses_what_names_nothing_or_everything_from_python_as_from_the_command(cache):
+    with pytest.raises(NoSuchEntry, match="an empty prefix names no entry"):
+        overmind.evict("")
+    with pytest.raises(EvictUsage, match="not both"):
+        overmind.evict("cccc", all=True)
+    with pytest.raises(EvictUsage, match="names no entry"):
+        overmind.evict()
+    with pytest.raises(AmbiguousPrefix, match="matches 2 entries"):
+        overmind.evict("aaaa")
+    assert len(cache.ls()) == 4  # nothing went
+    assert "an empty prefix names no entry" in om("evict", "", rc=1).stderr
+    assert "not both" in om("evict", "cccc", "--all", rc=2).stderr
+    assert "or give --all" in om("evict", rc=2).stderr and "not both" not in om("evict", rc=2).stderr
+
+
+def test_evict_with_deps_takes_what_only_the_named_entries_reference(cache):
+    dry = overmind.evict("bbbb3", with_deps=True, dry_run=True)
+    assert sorted(dry.evicted) == ["aaaa1111unet", "aaaa2222vae", "bbbb3333pipe"] and dry.freed_bytes == 8010
+    assert len(cache.ls()) == 4
+    out = json.loads(om("evict", "bbbb3", "--with-deps", "--json").stdout)
+    assert out["evicted"] == ["bbbb3333pipe", "aaaa1111unet", "aaaa2222vae"] and out["refused"] == []
+    assert [e["key"] for e in cache.ls()] == ["cccc4444conf"]
 
 
 def test_json_on_every_command(cache):

@@ -103,7 +103,9 @@ def _parser() -> argparse.ArgumentParser:
     evict.add_argument("prefixes", nargs="*", metavar="PREFIX", help="the entry's key or entry id, or a unique "
                        "prefix of either (the ENTRY column of 'overmind ls')")
     evict.add_argument("--all", action="store_true", help="evict every entry")
-    evict.add_argument("--dry-run", action="store_true", help="say what would be evicted, evict nothing")
+    evict.add_argument("--dry-run", action="store_true", help="say what would be evicted and freed, evict nothing")
+    evict.add_argument("--with-deps", action="store_true",
+                       help="also evict the entries they reference that no other entry references")
     evict.add_argument("--json", action="store_true", help="print what was evicted and refused as JSON")
     evict.set_defaults(func=cmd_evict)
 
@@ -206,21 +208,30 @@ def cmd_evict(args: argparse.Namespace) -> int:
     from ..inspection import evict
     from ..ipc.runtime import socket_path
 
-    if bool(args.prefixes) == bool(args.all):
-        print("overmind evict: name entries (a unique prefix of a key or entry id, see 'overmind ls') or "
-              "give --all, not both", file=sys.stderr)
+    if not args.prefixes and not args.all:
+        print("overmind evict: name entries to evict (a unique prefix of an ENTRY in 'overmind ls'), or give --all",
+              file=sys.stderr)
+        return 2
+    if args.prefixes and args.all:
+        print(f"overmind evict: {' '.join(args.prefixes)} names entries and --all asks for every one: give the "
+              f"prefixes or --all, not both", file=sys.stderr)
         return 2
     if not accepts(socket_path(args.runtime_dir)):
         from ..ipc.runtime import runtime_dir
 
         return _no_server(runtime_dir(args.runtime_dir))
-    out = evict(*args.prefixes, all=args.all, dry_run=args.dry_run, runtime_dir=args.runtime_dir)
+    out = evict(*args.prefixes, all=args.all, dry_run=args.dry_run, with_deps=args.with_deps,
+                runtime_dir=args.runtime_dir)
     if args.json:
         print(json.dumps(out.to_json(), indent=2, sort_keys=True))
         return 1 if out.refused else 0
     verb = "would evict" if out.dry_run else "evicted"
     for key in out.evicted:
         print(f"{verb} {key}")
+    if out.evicted:
+        count = f"{len(out.evicted)} entr{'y' if len(out.evicted) == 1 else 'ies'}"
+        print(f"{'would free' if out.dry_run else 'freed'} {human_bytes(out.freed_bytes)} of shared memory "
+              f"({count})")
     if not out.evicted and not out.refused:
         print("nothing to evict")
     for refused in out.refused:
