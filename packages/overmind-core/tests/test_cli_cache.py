@@ -176,7 +176,7 @@ def test_json_on_every_command(cache):
     assert doctor["ok"] is True and {c["name"] for c in doctor["checks"]} >= {"memfd", "server"}
     stopped = json.loads(om("stop", "--json").stdout)
     assert stopped["stopped"] is True and isinstance(stopped["pid"], int)
-    assert json.loads(om("stop", "--json").stdout) == {"stopped": False, "pid": None}
+    assert json.loads(om("stop", "--json").stdout) == {"stopped": False, "pid": None, "how": None, "note": ""}
 
 
 def test_status_reports_hit_rate_and_bytes_served(cache):

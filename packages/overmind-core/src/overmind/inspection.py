@@ -143,7 +143,7 @@ def _client(runtime_dir: str | None):
     from .client.connection import Client
     from .client.launcher import accepts
 
-    client = Client(runtime_dir, autostart=False)
+    client = Client(runtime_dir, autostart=False, control=True)
     return client, accepts(client.socket_path)
 
 

@@ -128,7 +128,7 @@ def check_server(path: str | None) -> Check:
 
     name = "server"
     try:
-        client = Client(path, autostart=False)
+        client = Client(path, autostart=False, control=True)
     except Exception as exc:  # noqa: BLE001
         return Check(name, FAIL, f"cannot check: {exc}", "fix the runtime directory first")
     if not accepts(client.socket_path):

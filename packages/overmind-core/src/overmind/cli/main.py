@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 from .._util import quiet_threads
 from .._util.humanize import human_bytes, human_duration  # noqa: F401 - also cli.human_bytes for callers
 from .._version import __version__
-from ..errors import OvermindError, ServerUnavailable
+from ..errors import OvermindError
 
 EXIT_CODES = {0: "done", 1: "failed (see the message)", 2: "usage error", 3: "a server already serves (serve)",
               130: "interrupted", 141: "output closed early (a pipe's reader exited)"}
@@ -110,7 +110,11 @@ def _parser() -> argparse.ArgumentParser:
     evict.set_defaults(func=cmd_evict)
 
     stop = sub.add_parser("stop", help="stop the server (processes keep what they already mapped)")
-    stop.add_argument("--json", action="store_true", help="print the stopped server's pid as JSON")
+    stop.add_argument("--json", action="store_true", help="print what was stopped, and how, as JSON")
+    stop.add_argument("--force", action="store_true",
+                      help="a server that does not answer is killed at once (SIGKILL), not sent SIGTERM first")
+    stop.add_argument("--grace", type=float, default=5.0, metavar="SECONDS",
+                      help="how long a server that does not answer gets after SIGTERM before SIGKILL (default 5)")
     stop.set_defaults(func=cmd_stop)
 
     doctor = sub.add_parser("doctor", help="check that this machine can run Overmind, and what to fix")
@@ -240,23 +244,27 @@ def cmd_evict(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    from ..client.connection import Client
+    from ..client.stopping import stop_server
 
-    try:
-        out = Client(args.runtime_dir, autostart=False).stop()
-    except ServerUnavailable:
-        out = None
-        if not args.json:
-            print("no server is running")
+    out = stop_server(args.runtime_dir, force=args.force, grace=args.grace)
     if args.json:
-        print(json.dumps({"stopped": out is not None, "pid": out.get("pid") if out else None}))
-    elif out is not None:
-        print(f"stopped server pid {out.get('pid')}")
+        print(json.dumps(out))
+    else:
+        if out["note"]:
+            print(f"overmind stop: {out['note']}", file=sys.stderr)
+        if out["how"] is None:
+            print("no server is running")
+        elif not out["stopped"]:
+            print(f"server pid {out['pid']} is still running after SIGKILL", file=sys.stderr)
+        else:
+            print({"asked": f"stopped server pid {out['pid']}",
+                   "terminated": f"stopped server pid {out['pid']} (SIGTERM)",
+                   "killed": f"killed server pid {out['pid']} (SIGKILL): its entries are lost"}[out["how"]])
     from ..runner.commands import stop_templates
 
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
         stop_templates(args)
-    return 0
+    return 0 if out["stopped"] or out["how"] is None else 1
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -325,7 +333,7 @@ def _client_or_none(args: argparse.Namespace):
     from ..client.connection import Client
     from ..client.launcher import accepts
 
-    client = Client(args.runtime_dir, autostart=False)
+    client = Client(args.runtime_dir, autostart=False, control=True)
     if not accepts(client.socket_path):
         _no_server(client.runtime_dir)
         return None
