@@ -66,6 +66,21 @@ def test_ls_fits_the_terminal_and_shows_what_tells_entries_apart(cache):
     assert "UNet2DConditionModel.from_pretrained" in wide and "mylib.load_config" in wide
 
 
+def test_ls_keeps_the_loaders_class_and_its_total_adds_up_to_status(cache):
+    from overmind._util.humanize import human_bytes
+
+    for columns in (80, 100):
+        lines = om("ls", columns=columns).stdout.splitlines()
+        assert all(len(line) <= columns for line in lines), lines
+        rows = {line.split()[0]: line for line in lines[1:-1]}
+        assert "UNet2DConditionModel" in rows["aaaa1111"] and "AutoencoderKL" in rows["aaaa2222"], lines
+        assert "StableDiffusionPipeline" in rows["bbbb3333"], lines
+    st = json.loads(om("status", "--json").stdout)
+    listed = [json.loads(line) for line in om("ls", "--jsonl").stdout.splitlines()]
+    assert len(listed) == 4 and sum(row["nbytes"] for row in listed) == st["bytes"]
+    assert om("ls").stdout.splitlines()[-1] == f"4 entries: {human_bytes(st['bytes'])} in shared memory"
+
+
 def test_ls_sorts_and_filters(cache):
     def order(*args):
         return [line.split()[0] for line in om("ls", *args).stdout.splitlines()[1:-1]]

@@ -96,7 +96,8 @@ def _parser() -> argparse.ArgumentParser:
                                    "loader, arguments")
     ls.add_argument("--sort", choices=sorted(SORTS), default="last-use", help="order of the rows (default last-use)")
     ls.add_argument("--loader", metavar="TEXT", help="only entries whose loader's name contains TEXT")
-    ls.add_argument("--json", action="store_true", help="print the entries as JSON")
+    ls.add_argument("--json", action="store_true", help="print the entries as one JSON document (a list)")
+    ls.add_argument("--jsonl", action="store_true", help="print one JSON object per entry, one per line")
     ls.set_defaults(func=cmd_ls)
 
     evict = sub.add_parser("evict", help="drop entries, named by any unique prefix of their key or entry id")
@@ -175,6 +176,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
     entries.sort(key=SORTS[args.sort])
     if args.json:
         print(json.dumps([e.to_json() for e in entries], indent=2, sort_keys=True))
+        return 0
+    if args.jsonl:
+        for e in entries:
+            print(json.dumps(e.to_json(), sort_keys=True))
         return 0
     for line in render(entries, sort=args.sort):
         print(line)
