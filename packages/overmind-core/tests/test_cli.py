@@ -118,3 +118,11 @@ def test_doctor_flags_a_bad_budget(overmind_runtime, monkeypatch):
     monkeypatch.setenv("OVERMIND_MAX_BYTES", "much")  # a warning, and the default budget is used
     out = om("doctor", "--brief")
     assert any(line.startswith("warn") and "OVERMIND_MAX_BYTES='much'" in line for line in out.stdout.splitlines())
+
+
+def test_run_help_is_overminds():
+    for flag in ("--help", "-h"):
+        out = om("run", flag)
+        assert out.stdout.startswith("usage: overmind run"), out.stdout
+        assert "forked from a template" in out.stdout and "--json" in out.stdout
+        assert "PYTHONSTARTUP" not in out.stdout  # not CPython's own help

@@ -55,6 +55,11 @@ def _main(argv: Sequence[str] | None) -> int:
     from ..runner.commands import cmd_run, split_run
 
     run = split_run(list(sys.argv[1:] if argv is None else argv))
+    if run is not None and run[1] in (["--help"], ["-h"]):  # Overmind's help, not python's
+        try:
+            _parser().parse_args(["run", "--help"])
+        except SystemExit as exit:
+            return int(exit.code or 0)
     if run is not None:  # 'run' takes the rest of the line verbatim: the program's own options
         return cmd_run(*run)
     args = _parser().parse_args(argv)
