@@ -27,6 +27,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from typing import Any, Callable, Sequence
 
 from .._util import quiet_threads
@@ -197,6 +198,9 @@ def _print_status(st: dict[str, Any]) -> None:
         ("server", f"pid {st['pid']}, up {human_duration(st['uptime'])}, overmind {st['version']}, "
                    f"protocol {st['protocol']}"),
         ("entries", str(st["entries"])),
+        *([("lost", f"the cache was last lost {human_duration(time.time() - st['last_lost']['noticed'])} ago "
+                    f"(server pid {st['last_lost'].get('pid')} ended without stopping)")]
+          if st.get("last_lost") else []),
         ("memory", f"{human_bytes(st['bytes'])} used of {human_bytes(st['max_bytes'])} budget{share}"),
         # Referenced checkpoint files are page cache, outside the budget (docs/architecture.md, file entries).
         *([("files", f"{st['files']} checkpoint file(s) referenced, {human_bytes(st.get('file_bytes', 0))} "
