@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         clients: int
         runtime_dir: str
         log_file: str
+        last_lost: dict | None
 
         def request_stop(self, why: str) -> None: ...
         def client_count(self, delta: int) -> None: ...
