@@ -139,18 +139,19 @@ class EvictUsage(OvermindError, ValueError):
     """An :func:`evict` call that names nothing to evict, or names entries and asks for all of them."""
 
 
-def _client(runtime_dir: str | None):
+def _client(runtime_dir: str | None, control: bool = False):
     from .client.connection import Client
     from .client.launcher import accepts
 
-    client = Client(runtime_dir, autostart=False, control=True)
+    client = Client(runtime_dir, autostart=False, control=control)
     return client, accepts(client.socket_path)
 
 
-def cache_info(runtime_dir: str | None = None, *, processes: bool = True) -> CacheInfo:
+def cache_info(runtime_dir: str | None = None, *, processes: bool = True, control: bool = False) -> CacheInfo:
     """The running server's status and entries; never starts a server. ``processes``: find which processes
-    of this user map each entry (reads /proc/<pid>/maps)."""
-    client, up = _client(runtime_dir)
+    of this user map each entry (reads /proc/<pid>/maps). ``control``: the ``overmind`` command's, whose requests
+    wait ``OVERMIND_CONTROL_TIMEOUT`` for the server's answer (a program's wait ``OVERMIND_REPLY_TIMEOUT``)."""
+    client, up = _client(runtime_dir, control)
     if not up:
         return CacheInfo(False, client.runtime_dir)
     try:
@@ -199,7 +200,7 @@ def resolve(prefix: str, entries: Iterable[CacheEntry]) -> CacheEntry:
 
 
 def evict(*prefixes: str, all: bool = False, dry_run: bool = False, with_deps: bool = False,
-          runtime_dir: str | None = None) -> EvictResult:
+          runtime_dir: str | None = None, control: bool = False) -> EvictResult:
     """Evict the entries named by unique prefixes of their keys or entry ids (or ``all``); ``dry_run`` only
     says what would go. ``with_deps``: also the entries they reference that nothing else references (a
     pipeline's components). An entry others reference is refused, naming them by their ENTRY (evict those
@@ -213,7 +214,7 @@ def evict(*prefixes: str, all: bool = False, dry_run: bool = False, with_deps: b
     if not all and not prefixes:
         raise EvictUsage("overmind: evict() names no entry; give unique prefixes of ENTRY values from 'overmind ls', "
                          "or all=True to evict every entry.")
-    info = cache_info(runtime_dir, processes=False)
+    info = cache_info(runtime_dir, processes=False, control=control)
     if not info.running:
         raise ServerUnavailable(f"overmind: no server is running for {info.runtime_dir}; nothing is cached.")
     by_id = {e.entry_id: e for e in info.entries}
@@ -238,7 +239,7 @@ def evict(*prefixes: str, all: bool = False, dry_run: bool = False, with_deps: b
             else:
                 evicted.append(e.key)
         return EvictResult(evicted, refused, dry_run=True, freed_bytes=sum(sizes.get(k, 0) for k in evicted))
-    client, _ = _client(runtime_dir)
+    client, _ = _client(runtime_dir, control)
     try:
         if all:
             out = client.evict(all=True)

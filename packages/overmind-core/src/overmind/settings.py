@@ -130,8 +130,8 @@ DECLARED: tuple[Setting, ...] = (
             "how long a client waits for any one answer of the server", parse_seconds, "abc"),
     Setting("OVERMIND_CONTROL_TIMEOUT", "control_timeout", 2.0,
             _SECONDS.format(name="OVERMIND_CONTROL_TIMEOUT", default=2),
-            "how long the overmind command (status, ls, evict, stop, doctor) and cache_info()/evict() wait for an "
-            "answer of the server", parse_seconds, "soon"),
+            "how long the overmind command (status, ls, evict, stop, doctor) waits for an answer of the server",
+            parse_seconds, "soon"),
     Setting("OVERMIND_WAIT_TIMEOUT", "wait_timeout", 900.0, _SECONDS.format(name="OVERMIND_WAIT_TIMEOUT", default=900),
             "how long a load waits on another process loading the same thing", parse_seconds, "abc"),
     Setting("OVERMIND_SERVER_START_TIMEOUT", "server_start_timeout", 15.0,

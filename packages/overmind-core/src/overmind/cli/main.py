@@ -175,7 +175,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     from ..inspection import cache_info
     from .listing import SORTS, render
 
-    info = cache_info(args.runtime_dir)
+    info = cache_info(args.runtime_dir, control=True)
     if not info.running:
         return _no_server(info.runtime_dir)
     entries = [e for e in info.entries if not args.loader or args.loader.lower() in e.loader.lower()]
@@ -239,7 +239,7 @@ def cmd_evict(args: argparse.Namespace) -> int:
 
         return _no_server(runtime_dir(args.runtime_dir))
     out = evict(*args.prefixes, all=args.all, dry_run=args.dry_run, with_deps=args.with_deps,
-                runtime_dir=args.runtime_dir)
+                runtime_dir=args.runtime_dir, control=True)
     if args.json:
         print(json.dumps(out.to_json(), indent=2, sort_keys=True))
         return 1 if out.refused else 0

@@ -3,9 +3,9 @@
 * ``OVERMIND_REPLY_TIMEOUT`` (default 10 s): connect, hello and every control request (publish, release,
   status, ...). A server that does not answer within it is stopped (``kill -STOP``, Ctrl-Z on
   ``overmind serve``, a debugger) or wedged; the load steps aside.
-* ``OVERMIND_CONTROL_TIMEOUT`` (default 2 s): the same for the ``overmind`` command and the inspection API
-  (``status``, ``ls``, ``evict``, ``stop``, ``doctor``, ``cache_info()``): a server that does not answer these
-  small requests within it is not going to, and the command says so at once.
+* ``OVERMIND_CONTROL_TIMEOUT`` (default 2 s): the same for the ``overmind`` command (``status``, ``ls``,
+  ``evict``, ``stop``, ``doctor``): a server that does not answer these small requests within it is not going
+  to, and the command says so at once. A program's ``cache_info()``/``evict()`` waits the reply timeout.
 * ``OVERMIND_WAIT_TIMEOUT`` (default 900 s): how long a load waits on another process's claim; the client
   gives the server that long plus one reply timeout to answer.
 * ``OVERMIND_SERVER_START_TIMEOUT`` (default 15 s): how long the launcher waits for a new server.
