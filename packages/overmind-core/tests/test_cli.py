@@ -118,3 +118,33 @@ def test_doctor_flags_a_bad_budget(overmind_runtime, monkeypatch):
     monkeypatch.setenv("OVERMIND_MAX_BYTES", "much")  # a warning, and the default budget is used
     out = om("doctor", "--brief")
     assert any(line.startswith("warn") and "OVERMIND_MAX_BYTES='much'" in line for line in out.stdout.splitlines())
+
+
+def test_run_help_is_overminds():
+    for flag in ("--help", "-h"):
+        out = om("run", flag)
+        assert out.stdout.startswith("usage: overmind run"), out.stdout
+        assert "forked from a template" in out.stdout and "--json" in out.stdout
+        assert "PYTHONSTARTUP" not in out.stdout  # not CPython's own help
+
+
+def test_doctor_reports_the_running_servers_budget_and_the_directorys_real_mode(served):
+    out = om("doctor", "--brief").stdout
+    budget = next(line for line in out.splitlines() if line.split()[1] == "budget")
+    assert "the running server's, pid" in budget, budget
+    runtime_dir = os.environ["OVERMIND_RUNTIME_DIR"]
+    os.chmod(runtime_dir, 0o500)
+    try:
+        line = next(x for x in om("doctor", "--brief", check_rc=None).stdout.splitlines() if " runtime " in x)
+    finally:
+        os.chmod(runtime_dir, 0o700)
+    assert "(mode 0500, yours," in line, line  # the mode it has, not a fixed text
+
+
+def test_a_runtime_dir_that_is_a_file_is_named_so(tmp_path):
+    target = tmp_path / "not-a-dir"
+    target.write_text("x")
+    out = subprocess.run([OVERMIND, "status"], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "OVERMIND_RUNTIME_DIR": str(target)})
+    assert out.returncode != 0 and "File exists" not in out.stderr, out.stderr
+    assert f"the runtime directory {target} is not a directory" in out.stderr, out.stderr

@@ -15,7 +15,7 @@ import pytest
 import overmind
 from overmind.cli.main import EXIT_CODES
 from overmind.client.connection import Client
-from overmind.inspection import AmbiguousPrefix, CacheEntry, CacheInfo
+from overmind.inspection import AmbiguousPrefix, CacheEntry, CacheInfo, EvictUsage, NoSuchEntry
 
 LONG = "/srv/models/huggingface/hub/models--org--a-very-long-repository-name/snapshots/0123456789abcdef"
 
@@ -64,6 +64,21 @@ def test_ls_fits_the_terminal_and_shows_what_tells_entries_apart(cache):
     assert "'…/0123456789abcdef/unet', dtype=torch.float16" in wide and "subfolder=None" not in wide
     assert "config=Config( a=1, b=2 )" in wide
     assert "UNet2DConditionModel.from_pretrained" in wide and "mylib.load_config" in wide
+
+
+def test_ls_keeps_the_loaders_class_and_its_total_adds_up_to_status(cache):
+    from overmind._util.humanize import human_bytes
+
+    for columns in (80, 100):
+        lines = om("ls", columns=columns).stdout.splitlines()
+        assert all(len(line) <= columns for line in lines), lines
+        rows = {line.split()[0]: line for line in lines[1:-1]}
+        assert "UNet2DConditionModel" in rows["aaaa1111"] and "AutoencoderKL" in rows["aaaa2222"], lines
+        assert "StableDiffusionPipeline" in rows["bbbb3333"], lines
+    st = json.loads(om("status", "--json").stdout)
+    listed = [json.loads(line) for line in om("ls", "--jsonl").stdout.splitlines()]
+    assert len(listed) == 4 and sum(row["nbytes"] for row in listed) == st["bytes"]
+    assert om("ls").stdout.splitlines()[-1] == f"4 entries: {human_bytes(st['bytes'])} in shared memory"
 
 
 def test_ls_sorts_and_filters(cache):
@@ -130,15 +145,42 @@ def test_evict_by_any_unique_prefix_with_dry_run(cache):
     assert "matches 2 entries" in ambiguous.stderr and "Traceback" not in ambiguous.stderr
     assert "no cached entry starts with 'zzzz'" in om("evict", "zzzz", rc=1).stderr
     refused = om("evict", "aaaa1", rc=1)
-    assert "referenced by" in refused.stderr
+    # the blocker by its ENTRY, as 'overmind ls' shows it, and its loader
+    assert "referenced by bbbb3333pipe (StableDiffusionPipeline.from_pretrained)" in refused.stderr
+    dry = om("evict", "cccc", "bbbb3", "--dry-run")
+    assert "would free 30 B of shared memory (2 entries)" in dry.stdout
     out = json.loads(om("evict", "bbbb3", "aaaa1", "--json").stdout)  # the pipeline first, then its unet
-    assert out == {"dry_run": False, "evicted": ["bbbb3333pipe", "aaaa1111unet"], "refused": []}
+    assert out == {"dry_run": False, "evicted": ["bbbb3333pipe", "aaaa1111unet"], "refused": [], "freed_bytes": 3010}
     entry_id = next(e["entry_id"] for e in cache.ls() if e["key"] == "cccc4444conf")
     assert "evicted cccc4444conf" in om("evict", entry_id[:10]).stdout  # an entry id prefix works too
-    with pytest.raises(AmbiguousPrefix):
+    with pytest.raises(NoSuchEntry, match="no cached entry starts with 'nothing-like-it'"):
         overmind.evict("nothing-like-it")
     assert overmind.evict(all=True, dry_run=True).evicted == ["aaaa2222vae"]
     assert "evicted aaaa2222vae" in om("evict", "--all").stdout
+
+
+def test_evict_refuses_what_names_nothing_or_everything_from_python_as_from_the_command(cache):
+    with pytest.raises(NoSuchEntry, match="an empty prefix names no entry"):
+        overmind.evict("")
+    with pytest.raises(EvictUsage, match="not both"):
+        overmind.evict("cccc", all=True)
+    with pytest.raises(EvictUsage, match="names no entry"):
+        overmind.evict()
+    with pytest.raises(AmbiguousPrefix, match="matches 2 entries"):
+        overmind.evict("aaaa")
+    assert len(cache.ls()) == 4  # nothing went
+    assert "an empty prefix names no entry" in om("evict", "", rc=1).stderr
+    assert "not both" in om("evict", "cccc", "--all", rc=2).stderr
+    assert "or give --all" in om("evict", rc=2).stderr and "not both" not in om("evict", rc=2).stderr
+
+
+def test_evict_with_deps_takes_what_only_the_named_entries_reference(cache):
+    dry = overmind.evict("bbbb3", with_deps=True, dry_run=True)
+    assert sorted(dry.evicted) == ["aaaa1111unet", "aaaa2222vae", "bbbb3333pipe"] and dry.freed_bytes == 8010
+    assert len(cache.ls()) == 4
+    out = json.loads(om("evict", "bbbb3", "--with-deps", "--json").stdout)
+    assert out["evicted"] == ["bbbb3333pipe", "aaaa1111unet", "aaaa2222vae"] and out["refused"] == []
+    assert [e["key"] for e in cache.ls()] == ["cccc4444conf"]
 
 
 def test_json_on_every_command(cache):
@@ -149,7 +191,7 @@ def test_json_on_every_command(cache):
     assert doctor["ok"] is True and {c["name"] for c in doctor["checks"]} >= {"memfd", "server"}
     stopped = json.loads(om("stop", "--json").stdout)
     assert stopped["stopped"] is True and isinstance(stopped["pid"], int)
-    assert json.loads(om("stop", "--json").stdout) == {"stopped": False, "pid": None}
+    assert json.loads(om("stop", "--json").stdout) == {"stopped": False, "pid": None, "how": None, "note": ""}
 
 
 def test_status_reports_hit_rate_and_bytes_served(cache):

@@ -59,9 +59,9 @@ PUBLISH = textwrap.dedent("""
 """)
 
 
-def _stderr_on_a_pty(env: dict) -> str:
+def _stderr_on_a_pty(env: dict, columns: int = 120) -> str:
     master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a terminal 120 columns wide
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
     proc = subprocess.Popen([sys.executable, "-c", PUBLISH], stdout=subprocess.PIPE, stderr=slave,
                             env={**os.environ, **env})
     os.close(slave)
@@ -94,6 +94,25 @@ def test_a_long_publish_shows_progress_on_a_terminal_only(overmind_runtime):
     assert piped.returncode == 0 and "publishing" not in piped.stderr, piped.stderr
     # The default delay (3 s) keeps a quick publish silent even on a terminal.
     assert "overmind: publishing" not in _stderr_on_a_pty({"OVERMIND_PROGRESS_DELAY": ""}).replace("\r", "")
+
+
+def test_the_progress_bar_fits_80_columns_with_the_short_name_percentage_bytes_and_time_left(overmind_runtime):
+    shown = _stderr_on_a_pty({"OVERMIND_PROGRESS_DELAY": "0.000001"}, columns=80)
+    lines = [line for line in shown.replace("\r", "\n").splitlines() if "publishing" in line]
+    assert lines, shown
+    final = lines[-1].rstrip()
+    assert len(final) <= 80, (len(final), final)
+    assert final.startswith("overmind: publishing __main__.big 100%|"), final  # the loader's last two names
+    assert re.search(r" 100%\|[^|]{10,}\| 16\.0M/16\.0M ", final), final  # a bar of 10 columns at least
+
+
+def test_the_bar_names_a_long_loader_by_its_class_and_method_within_80_columns():
+    from overmind.shm.progress import describe
+
+    name = "transformers.models.llama.modeling_llama.LlamaForCausalLM.from_pretrained"
+    assert describe(name, 200) == "overmind: publishing LlamaForCausalLM.from_pretrained"
+    assert describe(name, 80) == "overmind: LlamaForCausalLM.from_pretrained"
+    assert describe(name, 60) == "overmind: LlamaForCausa…" and len(describe(name, 60)) == 60 - 36
 
 
 def test_the_server_log_rotates_and_comes_back_when_deleted(overmind_runtime, monkeypatch, sealed_memfd):

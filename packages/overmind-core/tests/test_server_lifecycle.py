@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -121,6 +122,31 @@ def test_killed_server_is_replaced_and_the_client_reconnects(overmind_runtime, s
     res = c.get("k")  # the old connection is broken: reconnect once, starting a new server
     assert res.status == "claimed"
     assert c.status()["pid"] != first
+
+
+def test_a_new_server_records_that_the_killed_one_lost_the_cache_and_status_shows_it(overmind_runtime):
+    c = Client()
+    first = c.status()["pid"]
+    assert c.status()["last_lost"] is None  # a directory never served before
+    c.stop()
+    second = c.status()["pid"]  # after an orderly stop: nothing was lost
+    assert c.status()["last_lost"] is None
+    os.kill(second, signal.SIGKILL)
+    while not server_lock_free(overmind_runtime):
+        os.sched_yield()
+    c = Client()
+    st = c.status()
+    assert st["pid"] not in (first, second)
+    assert st["last_lost"]["pid"] == second and st["last_lost"]["noticed"] <= time.time()
+    with open(os.path.join(overmind_runtime, "server.log")) as f:
+        log = f.read()
+    assert f"the previous server (pid {first}) stopped in order" in log
+    assert f"the previous server (pid {second}, started " in log and "ended without stopping" in log
+    shown = subprocess.run([sys.executable, "-m", "overmind", "status"], capture_output=True, text=True,
+                           timeout=120).stdout
+    assert "the cache was last lost" in shown and f"(server pid {second} ended without stopping)" in shown
+    c.stop()
+    assert Client().status()["last_lost"]["pid"] == second  # carried on by the servers after it
 
 
 def test_sigterm_stops_the_server_cleanly(overmind_runtime):

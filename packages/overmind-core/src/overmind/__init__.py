@@ -71,12 +71,16 @@ def cache_info(runtime_dir: str | None = None) -> CacheInfo:
     return _cache_info(runtime_dir)
 
 
-def evict(*prefixes: str, all: bool = False, dry_run: bool = False, runtime_dir: str | None = None) -> EvictResult:
+def evict(*prefixes: str, all: bool = False, dry_run: bool = False, with_deps: bool = False,
+          runtime_dir: str | None = None) -> EvictResult:
     """Evict entries by unique prefixes of their keys or entry ids (or ``all=True``); ``dry_run`` only says
-    what would go. Raises :class:`overmind.inspection.AmbiguousPrefix` for a prefix naming none or several."""
+    what would go and how many bytes it would free; ``with_deps`` also evicts what only they reference. Raises
+    :class:`overmind.inspection.NoSuchEntry` for a prefix naming none (an empty one included),
+    :class:`overmind.inspection.AmbiguousPrefix` for one naming several, and
+    :class:`overmind.inspection.EvictUsage` for no prefix without ``all``, or prefixes with it."""
     from .inspection import evict as _evict
 
-    return _evict(*prefixes, all=all, dry_run=dry_run, runtime_dir=runtime_dir)
+    return _evict(*prefixes, all=all, dry_run=dry_run, with_deps=with_deps, runtime_dir=runtime_dir)
 
 
 def __getattr__(name: str) -> Any:

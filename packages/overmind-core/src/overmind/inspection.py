@@ -111,32 +111,47 @@ class CacheInfo:
 
 @dataclass(frozen=True)
 class EvictResult:
-    """What :func:`evict` did (or, with ``dry_run``, would do)."""
+    """What :func:`evict` did (or, with ``dry_run``, would do): the keys evicted, those refused with why, and
+    the bytes of shared memory the evicted entries held (``freed_bytes``)."""
 
     evicted: list[str]
     refused: list[dict[str, str]]
     dry_run: bool = False
+    freed_bytes: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
-class AmbiguousPrefix(OvermindError, LookupError):
-    """A prefix names no entry, or more than one."""
+class PrefixError(OvermindError, LookupError):
+    """A prefix that does not name exactly one entry."""
 
 
-def _client(runtime_dir: str | None):
+class NoSuchEntry(PrefixError):
+    """A prefix that names no entry (an empty prefix included)."""
+
+
+class AmbiguousPrefix(PrefixError):
+    """A prefix that names more than one entry."""
+
+
+class EvictUsage(OvermindError, ValueError):
+    """An :func:`evict` call that names nothing to evict, or names entries and asks for all of them."""
+
+
+def _client(runtime_dir: str | None, control: bool = False):
     from .client.connection import Client
     from .client.launcher import accepts
 
-    client = Client(runtime_dir, autostart=False)
+    client = Client(runtime_dir, autostart=False, control=control)
     return client, accepts(client.socket_path)
 
 
-def cache_info(runtime_dir: str | None = None, *, processes: bool = True) -> CacheInfo:
+def cache_info(runtime_dir: str | None = None, *, processes: bool = True, control: bool = False) -> CacheInfo:
     """The running server's status and entries; never starts a server. ``processes``: find which processes
-    of this user map each entry (reads /proc/<pid>/maps)."""
-    client, up = _client(runtime_dir)
+    of this user map each entry (reads /proc/<pid>/maps). ``control``: the ``overmind`` command's, whose requests
+    wait ``OVERMIND_CONTROL_TIMEOUT`` for the server's answer (a program's wait ``OVERMIND_REPLY_TIMEOUT``)."""
+    client, up = _client(runtime_dir, control)
     if not up:
         return CacheInfo(False, client.runtime_dir)
     try:
@@ -168,26 +183,41 @@ def cache_info(runtime_dir: str | None = None, *, processes: bool = True) -> Cac
 
 
 def resolve(prefix: str, entries: Iterable[CacheEntry]) -> CacheEntry:
-    """The one entry whose key or entry id starts with ``prefix`` (raises :class:`AmbiguousPrefix`)."""
+    """The one entry whose key or entry id starts with ``prefix``; raises :class:`NoSuchEntry` for an empty
+    prefix or one that names none, :class:`AmbiguousPrefix` for one that names several."""
+    if not prefix:
+        raise NoSuchEntry("overmind: an empty prefix names no entry; give the first characters of an ENTRY from "
+                          "'overmind ls' (or all=True to evict every entry).")
     entries = list(entries)
     exact = [e for e in entries if prefix in (e.key, e.entry_id)]
     found = exact or [e for e in entries if e.key.startswith(prefix) or e.entry_id.startswith(prefix)]
     if not found:
-        raise AmbiguousPrefix(f"overmind: no cached entry starts with {prefix!r}; 'overmind ls' lists them.")
+        raise NoSuchEntry(f"overmind: no cached entry starts with {prefix!r}; 'overmind ls' lists them.")
     if len(found) > 1:
         names = ", ".join(e.key[:12] for e in found[:5])
         raise AmbiguousPrefix(f"overmind: {prefix!r} matches {len(found)} entries ({names}); give more characters.")
     return found[0]
 
 
-def evict(*prefixes: str, all: bool = False, dry_run: bool = False, runtime_dir: str | None = None) -> EvictResult:
+def evict(*prefixes: str, all: bool = False, dry_run: bool = False, with_deps: bool = False,
+          runtime_dir: str | None = None, control: bool = False) -> EvictResult:
     """Evict the entries named by unique prefixes of their keys or entry ids (or ``all``); ``dry_run`` only
-    says what would go. An entry others reference is refused (evict those first)."""
+    says what would go. ``with_deps``: also the entries they reference that nothing else references (a
+    pipeline's components). An entry others reference is refused, naming them by their ENTRY (evict those
+    first, or name them too). Raises :class:`EvictUsage` for no prefix and no ``all``, or both;
+    :class:`NoSuchEntry` / :class:`AmbiguousPrefix` for a prefix that names none or several."""
     from .errors import ServerUnavailable
 
-    info = cache_info(runtime_dir, processes=False)
+    if all and prefixes:
+        raise EvictUsage(f"overmind: evict({', '.join(map(repr, prefixes))}, all=True) names entries and asks for "
+                         f"all of them; give the prefixes or all=True, not both.")
+    if not all and not prefixes:
+        raise EvictUsage("overmind: evict() names no entry; give unique prefixes of ENTRY values from 'overmind ls', "
+                         "or all=True to evict every entry.")
+    info = cache_info(runtime_dir, processes=False, control=control)
     if not info.running:
         raise ServerUnavailable(f"overmind: no server is running for {info.runtime_dir}; nothing is cached.")
+    by_id = {e.entry_id: e for e in info.entries}
     if all:
         targets = list(info.entries)
     else:
@@ -196,21 +226,25 @@ def evict(*prefixes: str, all: bool = False, dry_run: bool = False, runtime_dir:
             e = resolve(p, info.entries)
             if e not in targets:
                 targets.append(e)
+        if with_deps:
+            targets += _only_theirs(targets, by_id)
     going = {e.entry_id for e in targets}
+    sizes = {e.key: e.nbytes for e in info.entries}
     if dry_run:
         evicted, refused = [], []
         for e in targets:
             others = [r for r in e.referenced_by if r not in going]
             if others:
-                refused.append({"key": e.key, "reason": f"referenced by entries {others}; evict those first"})
+                refused.append({"key": e.key, "reason": _blocked_by(others, by_id)})
             else:
                 evicted.append(e.key)
-        return EvictResult(evicted, refused, dry_run=True)
-    client, _ = _client(runtime_dir)
+        return EvictResult(evicted, refused, dry_run=True, freed_bytes=sum(sizes.get(k, 0) for k in evicted))
+    client, _ = _client(runtime_dir, control)
     try:
         if all:
             out = client.evict(all=True)
-            return EvictResult(list(out["evicted"]), list(out["refused"]))
+            evicted = list(out["evicted"])
+            return EvictResult(evicted, list(out["refused"]), freed_bytes=sum(sizes.get(k, 0) for k in evicted))
         evicted, refused = [], []
         # Referencing entries first, so an entry and the pipeline holding it go together when both are named.
         for e in sorted(targets, key=lambda e: -len(_closure(e.entry_id, {t.entry_id: {"deps": t.deps}
@@ -219,10 +253,36 @@ def evict(*prefixes: str, all: bool = False, dry_run: bool = False, runtime_dir:
             for key in out["evicted"]:
                 log.info("overmind: evicted %s (%s, %d bytes) on request", key[:12], e.loader, e.nbytes)
             evicted += out["evicted"]
-            refused += out["refused"]
-        return EvictResult(evicted, refused)
+            refused += [dict(r, reason=_blocked_by(e.referenced_by, by_id, going)) if "referenced" in r["reason"]
+                        else r for r in out["refused"]]
+        return EvictResult(evicted, refused, freed_bytes=sum(sizes.get(k, 0) for k in evicted))
     finally:
         client.close()
+
+
+def _only_theirs(targets: list[CacheEntry], by_id: dict[str, CacheEntry]) -> list[CacheEntry]:
+    """The entries ``targets`` reference, directly or through each other, that no other entry references."""
+    going = {e.entry_id for e in targets}
+    added: list[CacheEntry] = []
+    changed = True
+    while changed:
+        changed = False
+        for e in list(targets) + added:
+            for dep in e.deps:
+                d = by_id.get(dep)
+                if d is not None and dep not in going and set(d.referenced_by) <= going:
+                    going.add(dep)
+                    added.append(d)
+                    changed = True
+    return added
+
+
+def _blocked_by(referencing: Iterable[str], by_id: dict[str, CacheEntry], going: Iterable[str] = ()) -> str:
+    """Why an entry cannot go: the entries still referencing it, by their ENTRY (key) as ``overmind ls`` shows."""
+    leaving = set(going)
+    names = [f"{by_id[r].key[:12]} ({by_id[r].short_loader})" if r in by_id else r[:12]
+             for r in referencing if r not in leaving]
+    return f"referenced by {', '.join(names)}; evict those first, or name them too"
 
 
 def _closure(entry_id: str, by_id: dict[str, Any]) -> set[str]:

@@ -128,6 +128,10 @@ DECLARED: tuple[Setting, ...] = (
             default_text="half of RAM"),
     Setting("OVERMIND_REPLY_TIMEOUT", "reply_timeout", 10.0, _SECONDS.format(name="OVERMIND_REPLY_TIMEOUT", default=10),
             "how long a client waits for any one answer of the server", parse_seconds, "abc"),
+    Setting("OVERMIND_CONTROL_TIMEOUT", "control_timeout", 2.0,
+            _SECONDS.format(name="OVERMIND_CONTROL_TIMEOUT", default=2),
+            "how long the overmind command (status, ls, evict, stop, doctor) waits for an answer of the server",
+            parse_seconds, "soon"),
     Setting("OVERMIND_WAIT_TIMEOUT", "wait_timeout", 900.0, _SECONDS.format(name="OVERMIND_WAIT_TIMEOUT", default=900),
             "how long a load waits on another process loading the same thing", parse_seconds, "abc"),
     Setting("OVERMIND_SERVER_START_TIMEOUT", "server_start_timeout", 15.0,
@@ -198,6 +202,7 @@ class Settings(Frozen):
     runtime_dir: str | None
     max_bytes: int | None
     reply_timeout: float
+    control_timeout: float
     wait_timeout: float
     server_start_timeout: float
     hello_timeout: float

@@ -11,10 +11,12 @@ import json
 import mmap
 import os
 import re
+import stat
 import sys
 from dataclasses import asdict
 
 from .. import settings
+from .._util import interrupts
 from .._version import __version__
 from ..ipc import runtime
 from ..ipc.protocol import PROTOCOL_VERSION
@@ -26,7 +28,7 @@ from .checks import FAIL, OK, WARN, Check  # noqa: F401 - re-exported: doctor.Ch
 def all_checks(runtime_dir: str | None = None) -> list[Check]:
     """Every check's outcome, in the order the report prints them."""
     with settings.quiet():  # a bad setting is a check here, not a warning
-        return [check_memfd(), check_runtime_dir(runtime_dir), check_budget(), *check_settings(),
+        return [check_memfd(), check_runtime_dir(runtime_dir), check_budget(runtime_dir), *check_settings(),
                 check_server(runtime_dir), check_zerocopy(), *check_adapters(), *compatibility.checks()]
 
 
@@ -109,16 +111,43 @@ def check_runtime_dir(path: str | None) -> Check:
                      "see the message; or set OVERMIND_RUNTIME_DIR to a private directory")
     if problems:
         return Check("runtime dir", FAIL, problems[0], "see the message; overmind.load runs uncached until then")
-    return Check("runtime dir", OK, f"{directory} (mode 0700, yours, writable)")
+    mode = stat.S_IMODE(os.stat(directory).st_mode)
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return Check("runtime dir", FAIL, f"{directory} (mode {mode:04o}, yours, not writable: no server can "
+                     f"create its socket there)", f"chmod 700 {directory}")
+    return Check("runtime dir", OK, f"{directory} (mode {mode:04o}, yours, writable)")
 
 
-def check_budget() -> Check:
-    """The memory budget a server started now would have (``OVERMIND_MAX_BYTES`` or half of RAM)."""
+def check_budget(path: str | None = None) -> Check:
+    """The running server's memory budget, or the one a server started now would have (``OVERMIND_MAX_BYTES`` or
+    half of RAM)."""
     from ..server.budget import ENV_MAX_BYTES, max_bytes_from_env
 
+    running = _running_status(path)
+    if running and running.get("max_bytes"):
+        return Check("budget", OK, f"{running['max_bytes'] / (1 << 30):.1f} GiB (the running server's, pid "
+                                   f"{running.get('pid')})")
     budget = max_bytes_from_env()
     source = ENV_MAX_BYTES if settings.current().sources.get(ENV_MAX_BYTES) == "env" else "half of RAM"
     return Check("budget", OK, f"{budget / (1 << 30):.1f} GiB ({source})")
+
+
+def _running_status(path: str | None) -> dict | None:
+    """The running server's status, or None (none runs, or it does not answer within the control timeout)."""
+    from ..client.connection import Client
+    from ..client.launcher import accepts
+
+    try:
+        client = Client(path, autostart=False, control=True)
+        if not accepts(client.socket_path):
+            return None
+        try:
+            return client.status()
+        finally:
+            client.close()
+    except Exception as exc:  # noqa: BLE001 - the server check reports what is wrong
+        interrupts.raise_users(exc)
+        return None
 
 
 def check_server(path: str | None) -> Check:
@@ -128,7 +157,7 @@ def check_server(path: str | None) -> Check:
 
     name = "server"
     try:
-        client = Client(path, autostart=False)
+        client = Client(path, autostart=False, control=True)
     except Exception as exc:  # noqa: BLE001
         return Check(name, FAIL, f"cannot check: {exc}", "fix the runtime directory first")
     if not accepts(client.socket_path):

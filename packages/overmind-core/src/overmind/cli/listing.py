@@ -89,6 +89,17 @@ def fit(text: str, width: int) -> str:
     return text[:head] + "…" + text[len(text) - (width - 1 - head):]
 
 
+def fit_loader(name: str, width: int) -> str:
+    """A loader's short name (``Class.method``) in ``width`` characters: the method is cut first, then the
+    class's end; the class's start, which tells loaders apart, stays."""
+    if len(name) <= width:
+        return name
+    owner, dot, method = name.rpartition(".")
+    if owner and len(owner) + 2 < width:
+        return owner + dot + method[:width - len(owner) - 2] + "…"
+    return (owner or name)[:width - 1] + "…"
+
+
 def _cut_end(text: str, width: int) -> str:
     # The shared prefix is gone already, so what tells entries apart comes first: keep the start.
     return text if len(text) <= width else text[:width - 1] + "…"
@@ -105,13 +116,13 @@ def render(entries: Iterable[CacheEntry], width: int | None = None, *, sort: str
     n = unique_prefixes([e.key for e in rows])
     args = distinguishing([e.summary for e in rows])
     known = any(e.mapped_by is not None for e in rows)
-    head = ("ENTRY", "SIZE", "REFS", "HITS", "LAST USE", "PIDS", "LOADER", "ARGUMENTS")
+    head = ("ENTRY", "SIZE", "REFS", "FILES", "HITS", "LAST USE", "PIDS", "LOADER", "ARGUMENTS")
     cells = []
     for e, a in zip(rows, args):
         pids = ("?" if e.mapped_by is None else ",".join(map(str, e.mapped_by)) or "-")
         cells.append([e.key[:n], human_bytes(e.nbytes), human_bytes(e.referenced_nbytes) if e.referenced_nbytes
-                      else "-", str(e.hits), human_duration(now - e.last_used) + " ago", fit(pids, 16),
-                      e.short_loader, a])
+                      else "-", human_bytes(e.file_nbytes) if e.files else "-", str(e.hits),
+                      human_duration(now - e.last_used) + " ago", fit(pids, 16), e.short_loader, a])
     table = [list(head)] + cells
     keep = list(range(len(head)))
     want = min(32, max(len(a) for a in args))
@@ -119,8 +130,9 @@ def render(entries: Iterable[CacheEntry], width: int | None = None, *, sort: str
     def room_left() -> int:
         return width - sum(max(len(r[i]) for r in table) + len(_GAP) for i in keep[:-1])
 
-    # A narrow terminal: the arguments keep up to 32 columns; PIDS, REFS and LAST USE give way, then the loader.
-    for drop in (5, 2, 4):
+    # A narrow terminal: the arguments keep up to 32 columns; PIDS, REFS, FILES and LAST USE give way, then the
+    # loader (its method before its class).
+    for drop in (6, 2, 3, 5):
         if room_left() < want:
             keep.remove(drop)
     fixed = [max(len(r[i]) for r in table) for i in keep[:-1]]
@@ -128,17 +140,30 @@ def render(entries: Iterable[CacheEntry], width: int | None = None, *, sort: str
     if room < want:
         loader_w = max(12, fixed[-1] - (want - room))
         room += fixed[-1] - loader_w
+        # then back to the loader, while the arguments keep 26 columns, until its longest class name fits
+        classes = max(len(r[7].rpartition(".")[0] or r[7]) for r in cells) + 2
+        give = min(max(0, room - 26), max(0, min(classes, fixed[-1]) - loader_w))
+        loader_w, room = loader_w + give, room - give
         fixed[-1] = loader_w
     room = max(room, 8)
     lines = []
     for r in table:
-        parts = [fit(r[i], w).ljust(w) for i, w in zip(keep[:-1], fixed)] + [_cut_end(r[-1], room)]
+        parts = [(fit_loader(r[i], w) if i == 7 else fit(r[i], w)).ljust(w) for i, w in zip(keep[:-1], fixed)]
+        parts.append(_cut_end(r[-1], room))
         lines.append(_GAP.join(parts).rstrip()[:width])
-    total = sum(e.nbytes for e in rows)
-    note = "" if known else "; PIDS ?: this server does not say which processes map its entries"
+    lines.append(fit(total_line(rows, known), width))
+    return lines
+
+
+def total_line(rows: Sequence[CacheEntry], known: bool = True) -> str:
+    """What the SIZE column adds up to (shared memory, the budget's), and the checkpoint files referenced, each
+    file once however many entries reference it (page cache, outside the budget)."""
+    count = f"{len(rows)} entr{'y' if len(rows) == 1 else 'ies'}"
+    text = f"{count}: {human_bytes(sum(e.nbytes for e in rows))} in shared memory"
     files = {f.entry_id: f.nbytes for e in rows for f in e.files}
     if files:  # referenced where they lie, not copied: page cache, outside the budget
-        note = (f"; plus {human_bytes(sum(files.values()))} in {len(files)} checkpoint "
-                f"file{'s' if len(files) > 1 else ''} referenced (page cache)") + note
-    lines.append(fit(f"{len(rows)} entries, {human_bytes(total)}{note}", width))
-    return lines
+        text += (f"; {human_bytes(sum(files.values()))} in {len(files)} checkpoint file{'s' if len(files) > 1 else ''}"
+                 f" referenced (page cache)")
+    if not known:
+        text += "; PIDS ?: this server does not say which processes map its entries"
+    return text

@@ -27,12 +27,13 @@ import contextlib
 import json
 import os
 import sys
+import time
 from typing import Any, Callable, Sequence
 
 from .._util import quiet_threads
 from .._util.humanize import human_bytes, human_duration  # noqa: F401 - also cli.human_bytes for callers
 from .._version import __version__
-from ..errors import OvermindError, ServerUnavailable
+from ..errors import OvermindError
 
 EXIT_CODES = {0: "done", 1: "failed (see the message)", 2: "usage error", 3: "a server already serves (serve)",
               130: "interrupted", 141: "output closed early (a pipe's reader exited)"}
@@ -55,6 +56,11 @@ def _main(argv: Sequence[str] | None) -> int:
     from ..runner.commands import cmd_run, split_run
 
     run = split_run(list(sys.argv[1:] if argv is None else argv))
+    if run is not None and run[1] in (["--help"], ["-h"]):  # Overmind's help, not python's
+        try:
+            _parser().parse_args(["run", "--help"])
+        except SystemExit as exit:
+            return int(exit.code or 0)
     if run is not None:  # 'run' takes the rest of the line verbatim: the program's own options
         return cmd_run(*run)
     args = _parser().parse_args(argv)
@@ -96,19 +102,26 @@ def _parser() -> argparse.ArgumentParser:
                                    "loader, arguments")
     ls.add_argument("--sort", choices=sorted(SORTS), default="last-use", help="order of the rows (default last-use)")
     ls.add_argument("--loader", metavar="TEXT", help="only entries whose loader's name contains TEXT")
-    ls.add_argument("--json", action="store_true", help="print the entries as JSON")
+    ls.add_argument("--json", action="store_true", help="print the entries as one JSON document (a list)")
+    ls.add_argument("--jsonl", action="store_true", help="print one JSON object per entry, one per line")
     ls.set_defaults(func=cmd_ls)
 
     evict = sub.add_parser("evict", help="drop entries, named by any unique prefix of their key or entry id")
     evict.add_argument("prefixes", nargs="*", metavar="PREFIX", help="the entry's key or entry id, or a unique "
                        "prefix of either (the ENTRY column of 'overmind ls')")
     evict.add_argument("--all", action="store_true", help="evict every entry")
-    evict.add_argument("--dry-run", action="store_true", help="say what would be evicted, evict nothing")
+    evict.add_argument("--dry-run", action="store_true", help="say what would be evicted and freed, evict nothing")
+    evict.add_argument("--with-deps", action="store_true",
+                       help="also evict the entries they reference that no other entry references")
     evict.add_argument("--json", action="store_true", help="print what was evicted and refused as JSON")
     evict.set_defaults(func=cmd_evict)
 
     stop = sub.add_parser("stop", help="stop the server (processes keep what they already mapped)")
-    stop.add_argument("--json", action="store_true", help="print the stopped server's pid as JSON")
+    stop.add_argument("--json", action="store_true", help="print what was stopped, and how, as JSON")
+    stop.add_argument("--force", action="store_true",
+                      help="a server that does not answer is killed at once (SIGKILL), not sent SIGTERM first")
+    stop.add_argument("--grace", type=float, default=5.0, metavar="SECONDS",
+                      help="how long a server that does not answer gets after SIGTERM before SIGKILL (default 5)")
     stop.set_defaults(func=cmd_stop)
 
     doctor = sub.add_parser("doctor", help="check that this machine can run Overmind, and what to fix")
@@ -162,13 +175,17 @@ def cmd_ls(args: argparse.Namespace) -> int:
     from ..inspection import cache_info
     from .listing import SORTS, render
 
-    info = cache_info(args.runtime_dir)
+    info = cache_info(args.runtime_dir, control=True)
     if not info.running:
         return _no_server(info.runtime_dir)
     entries = [e for e in info.entries if not args.loader or args.loader.lower() in e.loader.lower()]
     entries.sort(key=SORTS[args.sort])
     if args.json:
         print(json.dumps([e.to_json() for e in entries], indent=2, sort_keys=True))
+        return 0
+    if args.jsonl:
+        for e in entries:
+            print(json.dumps(e.to_json(), sort_keys=True))
         return 0
     for line in render(entries, sort=args.sort):
         print(line)
@@ -181,6 +198,9 @@ def _print_status(st: dict[str, Any]) -> None:
         ("server", f"pid {st['pid']}, up {human_duration(st['uptime'])}, overmind {st['version']}, "
                    f"protocol {st['protocol']}"),
         ("entries", str(st["entries"])),
+        *([("lost", f"the cache was last lost {human_duration(time.time() - st['last_lost']['noticed'])} ago "
+                    f"(server pid {st['last_lost'].get('pid')} ended without stopping)")]
+          if st.get("last_lost") else []),
         ("memory", f"{human_bytes(st['bytes'])} used of {human_bytes(st['max_bytes'])} budget{share}"),
         # Referenced checkpoint files are page cache, outside the budget (docs/architecture.md, file entries).
         *([("files", f"{st['files']} checkpoint file(s) referenced, {human_bytes(st.get('file_bytes', 0))} "
@@ -206,21 +226,30 @@ def cmd_evict(args: argparse.Namespace) -> int:
     from ..inspection import evict
     from ..ipc.runtime import socket_path
 
-    if bool(args.prefixes) == bool(args.all):
-        print("overmind evict: name entries (a unique prefix of a key or entry id, see 'overmind ls') or "
-              "give --all, not both", file=sys.stderr)
+    if not args.prefixes and not args.all:
+        print("overmind evict: name entries to evict (a unique prefix of an ENTRY in 'overmind ls'), or give --all",
+              file=sys.stderr)
+        return 2
+    if args.prefixes and args.all:
+        print(f"overmind evict: {' '.join(args.prefixes)} names entries and --all asks for every one: give the "
+              f"prefixes or --all, not both", file=sys.stderr)
         return 2
     if not accepts(socket_path(args.runtime_dir)):
         from ..ipc.runtime import runtime_dir
 
         return _no_server(runtime_dir(args.runtime_dir))
-    out = evict(*args.prefixes, all=args.all, dry_run=args.dry_run, runtime_dir=args.runtime_dir)
+    out = evict(*args.prefixes, all=args.all, dry_run=args.dry_run, with_deps=args.with_deps,
+                runtime_dir=args.runtime_dir, control=True)
     if args.json:
         print(json.dumps(out.to_json(), indent=2, sort_keys=True))
         return 1 if out.refused else 0
     verb = "would evict" if out.dry_run else "evicted"
     for key in out.evicted:
         print(f"{verb} {key}")
+    if out.evicted:
+        count = f"{len(out.evicted)} entr{'y' if len(out.evicted) == 1 else 'ies'}"
+        print(f"{'would free' if out.dry_run else 'freed'} {human_bytes(out.freed_bytes)} of shared memory "
+              f"({count})")
     if not out.evicted and not out.refused:
         print("nothing to evict")
     for refused in out.refused:
@@ -229,23 +258,27 @@ def cmd_evict(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    from ..client.connection import Client
+    from ..client.stopping import stop_server
 
-    try:
-        out = Client(args.runtime_dir, autostart=False).stop()
-    except ServerUnavailable:
-        out = None
-        if not args.json:
-            print("no server is running")
+    out = stop_server(args.runtime_dir, force=args.force, grace=args.grace)
     if args.json:
-        print(json.dumps({"stopped": out is not None, "pid": out.get("pid") if out else None}))
-    elif out is not None:
-        print(f"stopped server pid {out.get('pid')}")
+        print(json.dumps(out))
+    else:
+        if out["note"]:
+            print(f"overmind stop: {out['note']}", file=sys.stderr)
+        if out["how"] is None:
+            print("no server is running")
+        elif not out["stopped"]:
+            print(f"server pid {out['pid']} is still running after SIGKILL", file=sys.stderr)
+        else:
+            print({"asked": f"stopped server pid {out['pid']}",
+                   "terminated": f"stopped server pid {out['pid']} (SIGTERM)",
+                   "killed": f"killed server pid {out['pid']} (SIGKILL): its entries are lost"}[out["how"]])
     from ..runner.commands import stop_templates
 
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
         stop_templates(args)
-    return 0
+    return 0 if out["stopped"] or out["how"] is None else 1
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -314,7 +347,7 @@ def _client_or_none(args: argparse.Namespace):
     from ..client.connection import Client
     from ..client.launcher import accepts
 
-    client = Client(args.runtime_dir, autostart=False)
+    client = Client(args.runtime_dir, autostart=False, control=True)
     if not accepts(client.socket_path):
         _no_server(client.runtime_dir)
         return None

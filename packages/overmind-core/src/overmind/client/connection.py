@@ -75,8 +75,11 @@ class Client:
     _conns: list[socket.socket]  # every connection this process opened (set by _reset)
     _conns_lock: threading.Lock
 
-    def __init__(self, runtime_dir: str | None = None, autostart: bool = True) -> None:
+    def __init__(self, runtime_dir: str | None = None, autostart: bool = True, control: bool = False) -> None:
+        """``control``: a client of the command or the inspection API, whose answers come within
+        ``OVERMIND_CONTROL_TIMEOUT`` rather than ``OVERMIND_REPLY_TIMEOUT``."""
         self.runtime_dir = runtime.runtime_dir(runtime_dir)
+        self.control = control
         self.socket_path = runtime.socket_path(self.runtime_dir)
         self.log_path = runtime.log_path(self.runtime_dir)
         self.autostart = autostart
@@ -258,7 +261,7 @@ class Client:
         """
         request_id = next(self._ids)
         msg = dict(msg, id=request_id)
-        seconds = timeouts.reply_timeout() if timeout is None else timeout
+        seconds = self._reply_timeout() if timeout is None else timeout
         for attempt in (1, 2):
             conn = self._connection()
             try:
@@ -308,7 +311,8 @@ class Client:
         pid = (self.server_info or {}).get("server_pid", "?")
         return (f"overmind: the server (pid {pid}) did not answer '{op}' within {seconds:g} s; it may be "
                 f"stopped (kill -STOP, Ctrl-Z on 'overmind serve', a debugger) or overloaded. The connection "
-                f"was dropped. Resume or restart it ('overmind stop'), or raise {timeouts.ENV_REPLY}.")
+                f"was dropped. Resume or restart it ('overmind stop'), or raise "
+                f"{timeouts.ENV_CONTROL if self.control else timeouts.ENV_REPLY}.")
 
     @staticmethod
     def _pair(ids: list[str], fds: list[int]) -> dict[str, int]:
@@ -358,8 +362,11 @@ class Client:
                 self._conns.remove(conn)
         conn.close()
 
+    def _reply_timeout(self) -> float:
+        return timeouts.control_timeout() if self.control else timeouts.reply_timeout()
+
     def _connect(self, autostart: bool) -> socket.socket:
-        seconds = timeouts.reply_timeout()
+        seconds = self._reply_timeout()
         if autostart:
             _ensure_server(self.runtime_dir)
         peer.check_socket_file(self.socket_path)

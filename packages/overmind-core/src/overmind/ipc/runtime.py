@@ -44,6 +44,9 @@ def runtime_dir(path: str | None = None, *, create: bool = True) -> str:
     if create:
         try:
             os.makedirs(path, mode=0o700, exist_ok=True)
+        except FileExistsError:
+            check_runtime_dir(path)  # a file or a dangling symlink is there: say so, not "File exists"
+            raise
         except OSError as exc:
             interrupts.raise_users(exc)
             raise RuntimeDirError(

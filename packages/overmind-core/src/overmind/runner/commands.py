@@ -47,7 +47,11 @@ def add_parser(sub) -> None:
     """The ``run`` entry of ``overmind --help`` (the command itself is dispatched by :func:`split_run`)."""
     run = sub.add_parser("run", help="run a Python program in a process forked from a template that has "
                                      "already imported torch and the model libraries",
-                         description="overmind run [--json] [--] script.py [args] | -m module [args] | -c code [args]")
+                         description="overmind run [--json] [python options] [--] script.py [args] | -m module "
+                                     "[args] | -c code [args]: as python would run it (python's options, such as "
+                                     "-X importtime or -u, go before the script), in a process forked from a "
+                                     "template that has already imported the libraries; plain python where no "
+                                     "template can serve, with one warning")
     run.add_argument("--json", action="store_true", help="once the program ended, write its exit status, pid, "
                      "timings and whether a template ran it as one JSON line on stderr (only right after 'run')")
     run.add_argument("program", nargs=argparse.REMAINDER)

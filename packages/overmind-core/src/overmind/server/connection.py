@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         clients: int
         runtime_dir: str
         log_file: str
+        last_lost: dict | None
 
         def request_stop(self, why: str) -> None: ...
         def client_count(self, delta: int) -> None: ...
@@ -290,7 +291,7 @@ class Connection:
             "bytes": stats["bytes"], "max_bytes": stats["max_bytes"], "claims": stats["claims"],
             "waiting": self.server.waiting_count(), "clients": self.server.clients,
             "runtime_dir": self.server.runtime_dir, "log": self.server.log_file,
-            "torch_imported": "torch" in sys.modules, "fds": _open_fds(),
+            "torch_imported": "torch" in sys.modules, "fds": _open_fds(), "last_lost": self.server.last_lost,
             **{k: stats[k] for k in ("gets", "hits", "bytes_served", "publishes", "evictions", "blobs",
                                    "files", "file_bytes") if k in stats},
         }, []

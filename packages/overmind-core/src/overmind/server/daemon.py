@@ -27,7 +27,7 @@ from ..errors import OvermindError
 from ..ipc import runtime
 from ..ipc.peer import peer_credentials
 from ..ipc.protocol import ConnectionClosed, FrameError
-from . import watch
+from . import lineage, watch
 from .connection import Connection
 from .handoff import SpawnerClaim
 from .limits import Limits
@@ -61,6 +61,7 @@ class Server:
         self.buffer_budget = BufferBudget(self.limits.max_buffered_bytes)
         self.started = time.monotonic()
         self.clients = 0
+        self.last_lost: dict | None = None  # when the cache was last lost (lineage.py), for status
         self._stopping = threading.Event()
         self._sel = selectors.DefaultSelector()
         self._listener: socket.socket | None = None
@@ -85,6 +86,10 @@ class Server:
             self._hold_spawner_claim()  # before the socket exists: nobody can ask for the key first
             self._bind()
             self._install_signal_handlers()
+            previous, self.last_lost = lineage.started(self.runtime_dir, os.getpid())
+            said = lineage.describe_previous(previous)
+            if said:
+                log.log(INFO if previous and previous.get("ended") == "clean" else WARNING, "%s", said)
             log.info("server pid %d serving %s (budget %d bytes)", os.getpid(), self.socket_file,
                      self.store.max_bytes)
             _notify_ready(self.socket_file)
@@ -400,6 +405,7 @@ class Server:
                 pass
         self.store.close_all()
         if self._lock_file is not None:
+            lineage.stopped(self.runtime_dir)
             # Releasing the lock last: a new server may only bind once our socket is gone.
             os.close(self._lock_file)
             self._lock_file = None

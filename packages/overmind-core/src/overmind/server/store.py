@@ -169,7 +169,9 @@ class Store:
         return GetOutcome("claimed")
 
     def hold_for_process(self, key: str, pid: int) -> None:
-        """Claim ``key`` for process ``pid`` before it has a connection (the spawner's claim, ``handoff.py``)."""
+        """Claim ``key`` for process ``pid`` before it has a connection (the spawner's claim, ``handoff.py``).
+        It counts as a get that missed: that process asked for ``key`` by starting the server."""
+        self.counters["gets"] += 1
         self._claims[key] = process_owner(pid)
 
     def adopt(self, key: str, owner: int, pid: int) -> None:
