@@ -147,7 +147,7 @@ def test_a_hit_references_the_checkpoint_file_and_holds_no_copy_of_its_bytes(ove
     from overmind.cli.listing import render
 
     total = render(info.entries, width=200)[-1]
-    assert total.startswith("1 entries, ") and "in 1 checkpoint file referenced (page cache)" in total, total
+    assert total.startswith("1 entry: ") and "in 1 checkpoint file referenced (page cache)" in total, total
 
 
 def test_in_place_writes_to_a_hit_stay_private(overmind_runtime, checkpoint):

@@ -13,6 +13,7 @@ import os
 import signal
 import time
 
+from .._util import interrupts
 from ..errors import ServerUnavailable
 from ..ipc import runtime
 from . import launcher
@@ -60,7 +61,8 @@ def holder(runtime_dir: str) -> int | None:
     try:
         with open(runtime.server_lock_path(runtime_dir), "rb") as f:
             written = f.read(32).decode(errors="replace").strip()
-    except OSError:
+    except OSError as exc:
+        interrupts.raise_users(exc)
         written = ""
     servers = launcher.server_pids(runtime_dir)
     if written.isdigit() and int(written) in servers:
@@ -73,7 +75,8 @@ def process_state(pid: int) -> str | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             return f.read().rsplit(b")", 1)[1].split()[0].decode()
-    except (OSError, IndexError):
+    except (OSError, IndexError) as exc:
+        interrupts.raise_users(exc)
         return None
 
 

@@ -54,7 +54,8 @@ def _columns() -> int:
     if columns <= 0:
         try:
             columns = os.get_terminal_size(sys.stderr.fileno()).columns
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError) as exc:
+            interrupts.raise_users(exc)
             columns = 0
     return columns if columns > 0 else 100
 
