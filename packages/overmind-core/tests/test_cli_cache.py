@@ -114,6 +114,9 @@ def test_hits_count_each_process_that_was_served(overmind_runtime):
         subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
     (row,) = json.loads(om("ls", "--json").stdout)
     assert row["hits"] == 2, row  # the first process published, the next two hit
+    st = json.loads(om("status", "--json").stdout)
+    # the first process's miss (it claimed its key by starting the server) counts as a get
+    assert (st["gets"], st["hits"], st["publishes"]) == (3, 2, 1), st
 
 
 def test_ls_names_the_processes_that_map_an_entry(overmind_runtime):
