@@ -14,6 +14,8 @@ import signal
 import time
 
 from .._util import interrupts
+from .._util.process_state import alive
+from .._util.process_state import state as process_state
 from ..errors import ServerUnavailable
 from ..ipc import runtime
 from . import launcher
@@ -70,16 +72,6 @@ def holder(runtime_dir: str) -> int | None:
     return servers[0] if len(servers) == 1 else None
 
 
-def process_state(pid: int) -> str | None:
-    """The state letter of ``pid`` (``R``, ``S``, ``T`` for stopped, ...), None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0].decode()
-    except (OSError, IndexError) as exc:
-        interrupts.raise_users(exc)
-        return None
-
-
 def _signal(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)
@@ -90,7 +82,7 @@ def _signal(pid: int, sig: int) -> None:
 def _gone(runtime_dir: str, pid: int, seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while True:
-        if process_state(pid) in (None, "Z", "X") and launcher.server_lock_free(runtime_dir):
+        if not alive(pid) and launcher.server_lock_free(runtime_dir):
             return True
         if time.monotonic() >= deadline:
             return False

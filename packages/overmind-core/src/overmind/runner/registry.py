@@ -24,6 +24,7 @@ import time
 from typing import Iterator
 
 from .._util import quiet_threads
+from .._util.process_state import alive
 from ..errors import OvermindError
 from ..ipc import runtime
 from . import envkey
@@ -61,7 +62,7 @@ def templates(runtime_dir: str | None = None, prefix: str = "") -> list[dict]:
         if not (name.startswith(prefix) and name.endswith(".json")):
             continue
         info = read_info(os.path.join(directory, name))
-        if info is not None and _alive(info.get("pid")) and os.path.exists(info.get("socket", "")):
+        if info is not None and alive(info.get("pid")) and os.path.exists(info.get("socket", "")):
             found.append(info)
     return sorted(found, key=lambda i: i.get("started", 0))
 
@@ -222,7 +223,7 @@ def stop_all(runtime_dir: str | None = None, timeout: float = 10.0) -> list[int]
 
     def still_serving() -> list[int]:
         listening = {int(info["pid"]) for info in templates(runtime_dir)}
-        return [p for p in pids if _alive(p) and p in listening]
+        return [p for p in pids if alive(p) and p in listening]
 
     deadline = time.monotonic() + timeout
     while still_serving() and time.monotonic() < deadline:
@@ -232,7 +233,7 @@ def stop_all(runtime_dir: str | None = None, timeout: float = 10.0) -> list[int]
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 5.0  # SIGKILL is delivered asynchronously: listed no more once it has been
-    while any(_alive(p) for p in killed) and time.monotonic() < deadline:
+    while any(alive(p) for p in killed) and time.monotonic() < deadline:
         time.sleep(0.02)
     return pids
 
@@ -256,13 +257,3 @@ def template_pids(runtime_dir: str) -> list[int]:
     return pids
 
 
-def _alive(pid) -> bool:
-    """Whether ``pid`` runs and is no zombie."""
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in (b"Z", b"X")
