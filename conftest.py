@@ -47,6 +47,22 @@ def pytest_configure(config: pytest.Config) -> None:
                                 f"sources ({stale}): run scripts/setup")
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """The library releases this run tests (in the newest-releases lane, the ones the index had today): a failure
+    reads against them."""
+    from importlib import metadata
+
+    names = [line.strip() for line in (Path(__file__).parent / "scripts" / "latest-libraries.txt").read_text()
+             .splitlines() if line.strip() and not line.startswith("#")]
+    found = []
+    for name in ["torch", *names]:
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            found.append(f"{name} (not installed)")
+    return "libraries: " + ", ".join(found)
+
+
 def _stale_test_plugins() -> str | None:
     """The first source of a test-only adapter whose copy in :data:`TEST_PLUGINS_DIR` is missing or differs
     (scripts/setup copies them: an edit shows only after it runs), or None."""

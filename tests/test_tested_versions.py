@@ -1,4 +1,4 @@
-"""The declared version ranges say exactly what CI tests: each adapter's ``instruments`` range and each
+"""The declared version ranges say exactly what CI tests: each adapter's ``tested`` range and each
 companion library's tested range (``overmind.cli.compatibility.COMPANIONS``) starts at the oldest lane's release
 (``scripts/requirements-oldest.txt``) and ends before the release after the newest lane's
 (``scripts/requirements.txt``). Bump a pin, and this test names the range to bump with it. ``overmind doctor``
@@ -42,18 +42,35 @@ def _lanes() -> tuple[dict[str, Version], dict[str, Version]]:
     return {**extra, **oldest}, {**extra, **newest}
 
 
-def _instruments() -> dict[str, SpecifierSet]:
+def _extra(extra: str) -> dict[str, SpecifierSet]:
     ranges = {}
     for pyproject in adapter_pyprojects().values():
         project = pyproject["project"]
-        for line in project["optional-dependencies"]["instruments"]:
+        for line in project["optional-dependencies"][extra]:
             req = Requirement(line)
             ranges[f"{req.name.lower()} ({project['name']})"] = req.specifier
     return ranges
 
 
+# An upper bound in an adapter's instruments extra turns the adapter off for every later release: one exists
+# only for a release known to break the adapter, listed here with the reason (none is known today).
+KNOWN_BREAKS: dict[str, str] = {}
+
+
+@pytest.mark.parametrize("label", sorted(_extra("instruments")))
+def test_instruments_bound_from_below_only_unless_a_release_is_known_to_break(label):
+    needs, tested = _extra("instruments")[label], _extra("tested")[label]
+    upper = [s for s in needs if s.operator in ("<", "<=", "==", "~=")]
+    assert not upper or label in KNOWN_BREAKS, (
+        f"{label}: instruments {needs} has an upper bound: a release past it turns the adapter off. Drop it (a newer "
+        f"release is checked at activation by overmind.adapters.self_check), or name the release that breaks and "
+        f"why in KNOWN_BREAKS")
+    assert [s for s in needs if s.operator == ">="] == [s for s in tested if s.operator == ">="] or \
+        label.startswith("torch"), f"{label}: instruments {needs} and tested {tested} should start at one release"
+
+
 def _declared() -> dict[str, SpecifierSet]:
-    return {**_instruments(), **{f"{name} (companion)": SpecifierSet(spec)
+    return {**_extra("tested"), **{f"{name} (companion)": SpecifierSet(spec)
                                  for name, spec in compatibility.COMPANIONS.items()}}
 
 
@@ -92,12 +109,12 @@ def test_doctor_lists_the_installed_versions_against_the_tested_ranges():
 
 
 def test_a_version_outside_its_tested_range_is_a_warning_with_the_range_to_install(monkeypatch):
-    rows = [compatibility.LibraryVersion("transformers", "4.46.0", ">=4.57,<5.25", "overmind-transformers instruments"),
+    rows = [compatibility.LibraryVersion("transformers", "4.46.0", ">=4.57,<5.25", "overmind-transformers tested"),
             compatibility.LibraryVersion("torch", "2.13.0+cpu", ">=2.13,<2.14", "overmind (companion)"),
             compatibility.LibraryVersion("accelerate", None, ">=1.15,<1.16", "overmind (companion)")]
     assert [r.in_range for r in rows] == [False, True, None]
     monkeypatch.setattr(compatibility, "library_versions", lambda: rows)
     old, torch_line = compatibility.checks()  # a library not installed gets no line
     assert (old.name, old.state, torch_line.state) == ("library transformers", "warn", "ok")
-    assert "4.46.0 is outside the tested range >=4.57,<5.25 (overmind-transformers instruments)" in old.detail
+    assert "4.46.0 is outside the tested range >=4.57,<5.25 (overmind-transformers tested)" in old.detail
     assert 'pip install "transformers>=4.57,<5.25"' in old.fix

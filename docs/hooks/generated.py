@@ -67,32 +67,38 @@ def _pyprojects() -> list[dict]:
 
 def _packages() -> str:
     """The packages of the repository: folder, import name, what it holds (its pyproject's description) and, for
-    an adapter, the library versions it is tested with (its ``instruments`` extra)."""
+    an adapter, the library versions it is tested with (its ``tested`` extra)."""
     rows = ["| package | import | what | tested with |", "|---|---|---|---|"]
     for pyproject in _pyprojects():
         name = pyproject["project"]["name"]
         module = "overmind" if name == "overmind-core" else name.replace("-", "_")
-        tested = pyproject["project"].get("optional-dependencies", {}).get("instruments", [])
+        tested = pyproject["project"].get("optional-dependencies", {}).get("tested", [])
         rows.append(f"| `packages/{name}` | `{module}` | {pyproject['project']['description']} | "
                     f"{', '.join(f'`{line}`' for line in tested)} |")
     return "\n".join(rows)
 
 
 def _tested_ranges() -> str:
-    """Each adapter's ``instruments`` ranges (the libraries it is tested with), then the companion libraries'."""
+    """Each adapter's ``tested`` ranges (the libraries its lanes run) beside its ``instruments`` (what activation
+    needs), then the companion libraries'."""
     from overmind.cli.compatibility import COMPANIONS
 
-    rows = ["| library | tested range | declared by |", "|---|---|---|"]
+    def split(lines: list[str]) -> tuple[list[str], list[str]]:
+        names = [re.split(r"[<>=!~ ;\[]", line, maxsplit=1)[0] for line in lines]
+        return names, [f"`{line[len(name):].strip()}`" for name, line in zip(names, lines)]
+
+    rows = ["| library | tested range | needs | declared by |", "|---|---|---|---|"]
     for pyproject in _pyprojects():
         project = pyproject["project"]
         if "overmind.adapters" not in project.get("entry-points", {}):
             continue
-        lines = project.get("optional-dependencies", {}).get("instruments", [])
-        names = [re.split(r"[<>=!~ ;\[]", line, maxsplit=1)[0] for line in lines]
-        ranges = [f"`{line[len(name):].strip()}`" for name, line in zip(names, lines)]
-        rows.append(f"| {', '.join(names)} | {', '.join(ranges)} | {project['name']} `instruments` |")
-    rows.append(f"| {', '.join(COMPANIONS)} | see `overmind/cli/compatibility.py` | companions (doctor only: a version "
-                f"outside is a warning, nothing is skipped) |")
+        extras = project.get("optional-dependencies", {})
+        names, tested = split(extras.get("tested", []))
+        needs = dict(zip(*split(extras.get("instruments", []))))
+        rows.append(f"| {', '.join(names)} | {', '.join(tested)} | {', '.join(needs.get(n, '-') for n in names)} | "
+                    f"{project['name']} |")
+    rows.append(f"| {', '.join(COMPANIONS)} | see `overmind/cli/compatibility.py` | - | companions (doctor only: a "
+                f"version outside is a warning, nothing is skipped) |")
     return "\n".join(rows)
 
 

@@ -12,13 +12,14 @@ function through ``overmind.load``; this adapter makes their results cacheable a
 - ``overmind_after_unpickle``: the same hooks and guards rebuilt on the cached copy; the repacked 4-bit forms
   handed to the copy's first forward, so its weights stay in shared memory (:mod:`overmind_bnb.packing`).
 - ``overmind_key_for_value`` / ``overmind_key_parts``: ``BitsAndBytesConfig`` and the bitsandbytes version.
+- ``overmind_self_check``: on an untested bitsandbytes release, quantized layers through the entry codec.
 """
 from __future__ import annotations
 
 import contextlib
 import sys
 
-from overmind.adapter import hookimpl
+from overmind.adapter import SelfCheck, hookimpl
 from overmind_hf import dispatch as accelerate_rule
 
 from . import dispatch, keys, packing, reducers
@@ -32,6 +33,22 @@ if TYPE_CHECKING:
 def overmind_reducers() -> Mapping[type, Any]:
     """Reducers for bitsandbytes' quantized parameters (see :mod:`overmind_bnb.reducers`)."""
     return reducers.reducer_table()
+
+
+@hookimpl
+def overmind_self_check() -> SelfCheck:
+    """On a bitsandbytes release newer than the tested range: a 4-bit and an 8-bit layer, quantized on the CPU,
+    come back from the entry codec with their classes, quantization state and bytes (it patches no loader)."""
+    return SelfCheck(sample=_quantized_sample)
+
+
+def _quantized_sample() -> Any:
+    import bitsandbytes as bnb
+    import torch
+
+    four = bnb.nn.Linear4bit(16, 8, quant_type="nf4", compute_dtype=torch.float32).to("cpu")
+    eight = bnb.nn.Linear8bitLt(16, 8, has_fp16_weights=False).to("cpu")
+    return torch.nn.Sequential(four, eight)
 
 
 @hookimpl

@@ -81,7 +81,12 @@ def _patch_all(state: AdapterState, targets: list) -> list:
 
 def _apply_adapter(state: AdapterState, strict: bool) -> None:
     try:
-        applied = _patch_all(state, hooks.patch_targets(state.name))
+        targets = hooks.patch_targets(state.name)
+        checks = hooks.self_check(state.name)
+        check = checks[0] if checks else None
+        if state.untested and not _passes_self_check(state, targets, check, strict):
+            return
+        applied = _patch_all(state, _fitting(state, targets, check))
     except Exception as e:
         interrupts.raise_users(e)
         state.status, state.reason = "failed", _patch_failure(state, e)
@@ -91,6 +96,43 @@ def _apply_adapter(state: AdapterState, strict: bool) -> None:
         return
     state.targets = applied
     _watch_later(state)
+
+
+def _fitting(state: AdapterState, targets: list, check) -> list:
+    """``targets`` without the loaders whose signature lacks a parameter the adapter reads (its
+    ``SelfCheck.relies_on``): those calls run plain, named in one INFO line. A loader of another kind that shares
+    the name (transformers' ``MtpModel.from_pretrained(main_model)`` builds from a model, not from files) is one."""
+    if check is None or not check.relies_on:
+        return targets
+    from .adapters import self_check
+
+    unfit = self_check.unfit_targets(targets, check.relies_on)
+    if unfit:
+        log.info("overmind: adapter %s leaves unpatched the loaders that do not take what it reads: %s", state.name,
+                 "; ".join(unfit.values()))
+    return [t for t in targets if t not in unfit]
+
+
+def _passes_self_check(state: AdapterState, targets: list, check, strict: bool) -> bool:
+    """On a library version outside the adapter's tested range: whether the adapter proves itself there. A
+    failure leaves it off, with one warning (an AdapterError under strict)."""
+    from .adapters import self_check
+
+    outcome = state.self_check = self_check.run(state.name, targets, check)
+    versions = ", ".join(f"{lib} {have} (tested: {tested})" for lib, have, tested in state.untested)
+    if outcome.passed:
+        log.info("overmind: adapter %s is active on %s, outside its tested range: its self-check passed (%s)",
+                 state.name, versions, outcome.detail)
+        return True
+    lib, have, tested = state.untested[0]
+    state.status = "failed"
+    state.reason = (f"overmind: adapter {state.name} ({state.dist}) is off: {versions} is outside its tested range "
+                    f"and its self-check failed: {outcome.detail}. Loads of {lib} run without the cache. Install "
+                    f'"{lib}{tested}" for a tested set, or upgrade {state.dist}.')
+    if strict:
+        raise AdapterError(state.reason)
+    fallback.warn_at_user_line(OvermindWarning(state.reason))
+    return False
 
 
 def _watch_later(state: AdapterState) -> None:
@@ -124,7 +166,8 @@ def _patch_more(state: AdapterState) -> None:
     done = {(id(t.owner), t.name) for t in state.targets}
     try:
         new = [t for t in hooks.patch_targets(state.name) if (id(t.owner), t.name) not in done]
-        applied = _patch_all(state, new)
+        checks = hooks.self_check(state.name)
+        applied = _patch_all(state, _fitting(state, new, checks[0] if checks else None))
     except Exception as e:
         interrupts.raise_users(e)
         fallback.warn_at_user_line(OvermindWarning(_patch_failure(state, e)))
@@ -139,7 +182,7 @@ def _route() -> Callable:
 
 
 def _patch_failure(state: AdapterState, e: Exception) -> str:
-    if isinstance(e, patching.PatchError):
+    if isinstance(e, (patching.PatchError, AdapterError)):
         return str(e)
     return (f"overmind: adapter {state.name} ({state.dist}) failed to patch: {type(e).__name__}: {e}. "
             f"Its library may have changed; upgrade {state.dist} or skip it with "

@@ -4,6 +4,8 @@ An adapter is a module of ``overmind_*`` hooks registered under the entry-point 
 (see :mod:`overmind.adapters.hookspecs` and ``docs/adapters.md``). This module gives it:
 
 - :data:`hookimpl`, the marker for its hooks, and :class:`PatchTarget`, what ``overmind_patch_targets`` returns;
+- :class:`SelfCheck`, what ``overmind_self_check`` returns: how the adapter proves itself on a library version
+  newer than its ``tested`` extra (the parameters its loaders must take, a tiny sample for the entry codec);
 - :class:`Spec`, :class:`Function`, :func:`resolve`, :func:`collect` and :func:`owns`: loaders named as
   ``"module:Class"`` specs (each class's own loader plus every imported subclass that overrides it) or as
   ``"module:function"`` specs (the function where it is defined and everywhere its package re-exports it),
@@ -44,6 +46,7 @@ from ._util.lazy_logger import logger
 from .adapters import patching
 from .adapters.hookspecs import hookimpl
 from .adapters.patching import PatchTarget, get_original, is_patched
+from .adapters.self_check import SelfCheck
 from .errors import OvermindError, PicklingFailed
 from .errors import Unkeyable as Uncacheable  # key.Unkeyable: importing key costs activation its hashing
 
@@ -51,7 +54,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Iterable, NamedTuple
 
-__all__ = ["hookimpl", "PatchTarget", "Spec", "Function", "resolve", "resolve_roots", "collect", "waiting_modules",
+__all__ = ["hookimpl", "PatchTarget", "SelfCheck", "Spec", "Function", "resolve", "resolve_roots", "collect", "waiting_modules",
            "owns", "label", "warn",
            "version_of", "dist_of", "Uncacheable", "uncacheable", "NotCacheable", "NotCachedByDesign",
            "meta_intended", "code_keyed_by_adapter", "PicklingFailed", "raise_users", "patch_now", "is_patched",

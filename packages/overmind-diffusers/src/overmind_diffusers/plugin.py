@@ -15,6 +15,7 @@ from __future__ import annotations
 from overmind.adapter import Spec
 from overmind_hf.adapter import HubAdapter
 
+from . import self_check_sample as _sample
 from . import values
 from .arguments import normalise
 
@@ -38,7 +39,9 @@ PRELOAD_IF_PRESENT = ("diffusers.models.controlnets.multicontrolnet",
                       "diffusers.models.controlnets.multicontrolnet_union", "diffusers.models.adapter")
 DYNAMIC_MODULES = "diffusers_modules"  # custom pipelines and components
 key_for_value = values.key_for_value  # schedulers by config; hand-built MultiControlNetModels by their nets
-__all__ = ["ADAPTER", "SPECS", "PRELOAD_IF_PRESENT", "DYNAMIC_MODULES", "normalise", "key_for_value"]
+self_check_sample = _sample.sample  # a one-block UNet and a scheduler, built from their configs
+__all__ = ["ADAPTER", "SPECS", "PRELOAD_IF_PRESENT", "DYNAMIC_MODULES", "normalise", "key_for_value",
+           "self_check_sample"]
 
 _hub = HubAdapter(__name__)
 overmind_patch_targets = _hub.overmind_patch_targets
@@ -48,3 +51,4 @@ overmind_key_for_value = _hub.overmind_key_for_value
 overmind_prepare_result = _hub.overmind_prepare_result
 overmind_entry_metadata = _hub.overmind_entry_metadata
 overmind_before_unpickle = _hub.overmind_before_unpickle
+overmind_self_check = _hub.overmind_self_check

@@ -10,6 +10,8 @@ may swap ``SPECS``), and hands its hooks on from a :class:`HubAdapter` over itse
     DYNAMIC_MODULES = "diffusers_modules"         # where the library puts remote code
     def normalise(loader, arguments): ...         # fold the call's arguments; return extra key parts
     def key_for_value(value): ...                 # the library's own key stand-ins, or None
+    def self_check_sample(): ...                  # a tiny object of the library, built from a config
+    def self_check_describe(obj): ...             # what must survive the entry codec (optional)
 
     _hub = HubAdapter(__name__)
     overmind_patch_targets = _hub.overmind_patch_targets
@@ -28,6 +30,7 @@ import sys
 from types import ModuleType
 
 from overmind.adapter import (
+    SelfCheck,
     Uncacheable,
     code_keyed_by_adapter,
     collect,
@@ -42,6 +45,7 @@ from overmind.adapter import (
 )
 
 from . import dispatch, hub
+from .arguments import PATH_NAMES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -93,6 +97,18 @@ class HubAdapter:
     def overmind_patch_later(self) -> list[str]:
         """The modules of the plugin's lazy ``SPECS`` the user has not imported: patched once they are."""
         return waiting_modules(self._plugin.SPECS)
+
+    @hookimpl
+    def overmind_self_check(self) -> SelfCheck:
+        """On a library release newer than the tested range: every ``from_pretrained``/``from_single_file`` still
+        takes the model path (by one of its names, or as the first positional) and keyword arguments, which
+        ``normalise`` reads by name; the plugin's sample survives the entry codec."""
+        plugin = self._plugin
+        path = "|".join((*PATH_NAMES, "*"))
+        reads = (path, "**")
+        return SelfCheck(relies_on={"from_pretrained": reads, "from_single_file": reads},
+                         sample=getattr(plugin, "self_check_sample", None),
+                         describe=getattr(plugin, "self_check_describe", None))
 
     @hookimpl
     def overmind_key_parts(self, loader: Any, arguments: dict[str, Any]) -> Any:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from overmind.adapter import Spec, hookimpl
 from overmind_hf.adapter import HubAdapter
 
+from . import self_check_sample as _sample
 from . import values
 from .arguments import normalise
 
@@ -35,7 +36,10 @@ SPECS = (
 PRELOAD = ("transformers.models.auto.modeling_auto",)
 DYNAMIC_MODULES = "transformers_modules"
 key_for_value = values.key_for_value  # configs and generation configs by content, tokenizers' Rust parts
-__all__ = ["ADAPTER", "SPECS", "PRELOAD", "DYNAMIC_MODULES", "normalise", "key_for_value"]
+self_check_sample = _sample.sample  # a two-layer BERT and a word-level fast tokenizer, built in memory
+self_check_describe = _sample.describe
+__all__ = ["ADAPTER", "SPECS", "PRELOAD", "DYNAMIC_MODULES", "normalise", "key_for_value", "self_check_sample",
+           "self_check_describe"]
 
 _hub = HubAdapter(__name__)
 overmind_patch_targets = _hub.overmind_patch_targets
@@ -44,6 +48,7 @@ overmind_key_for_value = _hub.overmind_key_for_value
 overmind_prepare_result = _hub.overmind_prepare_result
 overmind_entry_metadata = _hub.overmind_entry_metadata
 overmind_before_unpickle = _hub.overmind_before_unpickle
+overmind_self_check = _hub.overmind_self_check
 
 
 @hookimpl

@@ -2,9 +2,10 @@
 
 Adapters are discovered once per process, on ``activate()`` or on the first ``load()`` (their reducers and
 key hooks apply to direct ``overmind.load`` calls too). Before an adapter's module is imported, the library
-versions it declares (its distribution's requirements with ``extra == "instruments"``) are checked against
-what is installed, as opentelemetry instrumentors do: an adapter for a library that is missing or too new is
-skipped with one line of why. An adapter the user blocks with ``OVERMIND_DISABLED_ADAPTERS=a,b`` is not
+versions it needs (its distribution's requirements with ``extra == "instruments"``: lower bounds, and upper
+ones only for versions known to break) are checked against what is installed: an adapter for a library that
+is missing or too old is skipped with one line of why. A library newer than the adapter's ``tested`` extra
+does not skip it: the adapter checks itself when it patches (:mod:`overmind.adapters.self_check`). An adapter the user blocks with ``OVERMIND_DISABLED_ADAPTERS=a,b`` is not
 imported at all. An adapter is *live* once its libraries are imported (see :mod:`overmind.adapters.libraries`).
 
 >>> from overmind import adapters
@@ -40,7 +41,8 @@ class AdapterState:
     """What discovery and activation know of one adapter (a plain class: a dataclass costs ~1 ms to create, and
     this module is imported by ``activate()``)."""
 
-    __slots__ = ("name", "dist", "status", "reason", "targets", "modules", "deferred", "on_import", "later")
+    __slots__ = ("name", "dist", "status", "reason", "targets", "modules", "deferred", "on_import", "later",
+                 "untested", "self_check")
 
     def __init__(self, name: str, dist: str | None, status: str, reason: str = "", modules: tuple = ()):
         self.name = name
@@ -52,10 +54,15 @@ class AdapterState:
         self.deferred = False  # activation is waiting for the library's import to patch it
         self.on_import: Any = None  # the post-import callback while deferred
         self.later: list = []  # post-import callbacks of its overmind_patch_later modules
+        # (library, installed version, tested range) of each library outside the adapter's ``tested`` extra:
+        # the adapter checks itself before it patches (self_check.py)
+        self.untested: list[tuple[str, str, str]] = []
+        self.self_check: Any = None  # that check's self_check.Outcome, once it ran
 
     def __repr__(self) -> str:
         return (f"AdapterState(name={self.name!r}, dist={self.dist!r}, status={self.status!r}, "
-                f"reason={self.reason!r}, targets={self.targets!r}, deferred={self.deferred!r})")
+                f"reason={self.reason!r}, targets={self.targets!r}, deferred={self.deferred!r}, "
+                f"untested={self.untested!r})")
 
     def live(self) -> bool:
         return libraries.missing_module(self.modules) is None
@@ -197,7 +204,8 @@ def _discover(strict: bool) -> None:
                 f"Reinstall or upgrade {dist_name}, or skip it with OVERMIND_DISABLED_ADAPTERS={ep.name}.")
             _report(state, strict)
             continue
-        _states[ep.name] = AdapterState(ep.name, dist_name, "loaded", modules=libraries.module_groups(dist))
+        state = _states[ep.name] = AdapterState(ep.name, dist_name, "loaded", modules=libraries.module_groups(dist))
+        state.untested = libraries.untested(dist)
         _pending.append((ep.name, plugin))
 
 

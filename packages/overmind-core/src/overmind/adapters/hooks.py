@@ -45,9 +45,17 @@ def patch_later(adapter: str) -> list[str]:
     return _own_results("overmind_patch_later", adapter)
 
 
+def self_check(adapter: str) -> list:
+    """Adapter ``adapter``'s :class:`~overmind.adapter.SelfCheck` (a list of none or one); raised, not skipped."""
+    return [c for c in _own_calls("overmind_self_check", adapter) if c is not None]
+
+
 def _own_results(name: str, adapter: str) -> list:
-    impls = [i for i in _hook(name).get_hookimpls() if i.plugin_name == adapter]
-    return [x for impl in impls for x in (impl.function() or [])]
+    return [x for result in _own_calls(name, adapter) for x in (result or [])]
+
+
+def _own_calls(name: str, adapter: str) -> list:
+    return [impl.function() for impl in _hook(name).get_hookimpls() if impl.plugin_name == adapter]
 
 
 _reducers: tuple[Any, Mapping[type, list[Callable]]] | None = None

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 if TYPE_CHECKING:
     from ..keys.key import Loader
     from .patching import PatchTarget
+    from .self_check import SelfCheck
 
 PROJECT = "overmind"
 
@@ -152,6 +153,19 @@ def overmind_patch_later() -> Sequence[str]:
     imports every pipeline). Called right after ``overmind_patch_targets``, for each adapter on its own; when
     one of these modules is imported, ``activate()`` calls ``overmind_patch_targets`` again and patches what
     it returns that is not patched yet. ``overmind.adapter.waiting_modules`` answers it for lazy ``Spec`` entries.
+    """
+
+
+@_declare(Kind.ALL, When.LIVE)
+def overmind_self_check() -> SelfCheck | None:
+    """Return what proves this adapter on a library version outside its ``tested`` range, as an
+    :class:`overmind.adapter.SelfCheck`, or ``None``.
+
+    Called by ``overmind.activate()``, for this adapter alone, once its library is imported and only where an
+    installed version lies outside the adapter's ``tested`` extra. The core then checks that every patch target
+    still takes the parameters ``relies_on`` names, and (once per environment, remembered) that the object
+    ``sample()`` builds comes back from the entry codec equal to itself. A failure leaves the adapter off, with
+    one warning naming the library, its version and what failed.
     """
 
 

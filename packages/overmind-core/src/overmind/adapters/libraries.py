@@ -21,6 +21,25 @@ def instruments_requirements(dist: distributions.Distribution | None) -> list[re
     return requirements.instruments_only(dist.requires or [])
 
 
+def tested_requirements(dist: distributions.Distribution | None) -> list[requirements.Requirement]:
+    """The library versions an adapter distribution's test lanes run, under its ``tested`` extra: activation does
+    not require them; outside them the adapter checks itself (:mod:`overmind.adapters.self_check`)."""
+    if dist is None:
+        return []
+    return requirements.extra_only(dist.requires or [], "tested")
+
+
+def untested(dist: distributions.Distribution | None) -> list[tuple[str, str, str]]:
+    """``(library, installed version, tested range)`` for each library of ``dist``'s ``tested`` extra whose
+    installed version lies outside that range (a library not installed is not listed)."""
+    out = []
+    for req in tested_requirements(dist):
+        have = distributions.version(req.name)
+        if have is not None and req.specifier and not req.satisfied_by(have):
+            out.append((req.name, have, ",".join(sorted(req.specifier, key=lambda c: not c.startswith(">")))))
+    return out
+
+
 def instrumented_distributions(dist: distributions.Distribution | None) -> list[str]:
     """The distribution names an adapter distribution declares under its ``instruments`` extra."""
     return [r.name for r in instruments_requirements(dist)]

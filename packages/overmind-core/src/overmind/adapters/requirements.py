@@ -1,7 +1,8 @@
-"""An adapter's ``instruments`` requirement lines, and whether an installed version meets one, as packaging says.
+"""An adapter's ``instruments`` and ``tested`` requirement lines, and whether an installed version meets one, as
+packaging says.
 
-The adapters declare the library versions they support as ``name>=A,<B; extra == "instruments"``: release
-bounds joined by commas. ``overmind.activate()`` checks those against the installed versions, and importing
+The adapters declare the library versions they need as ``name>=A; extra == "instruments"`` and the ones their
+test lanes run as ``name>=A,<B; extra == "tested"``: release bounds joined by commas. ``overmind.activate()`` checks those against the installed versions, and importing
 packaging to do so would cost a quarter of activation. This module reads that shape itself and compares as
 PEP 440 and packaging do (``<B`` admits none of B's pre-releases, ``>A`` none of A's post-releases or local
 versions, ``>=``, ``<=`` and ``==`` ignore a local label, ``~=A.B`` is ``>=A.B`` with ``A.*``). Every other
@@ -21,21 +22,22 @@ if TYPE_CHECKING:
     from typing import Any
 
 _NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
-_LINE = re.compile(rf"\s*({_NAME})\s*([^;]*?)\s*;\s*extra\s*==\s*(['\"])instruments\3\s*")
+_LINE = re.compile(rf"\s*({_NAME})\s*([^;]*?)\s*;\s*extra\s*==\s*(['\"])([A-Za-z0-9_.-]+)\3\s*")
 _CLAUSE = re.compile(r"\s*(~=|==|!=|<=|>=|<|>)\s*([0-9]+(?:\.[0-9]+)*)\s*")
 _VERSION = re.compile(r"([0-9]+(?:\.[0-9]+)*)(?:(a|b|rc)([0-9]+))?(?:\.post([0-9]+))?(?:\.dev([0-9]+))?"
                       r"(?:\+[a-z0-9]+(?:\.[a-z0-9]+)*)?")
 
 
 class Requirement:
-    """One requirement line: its name, specifier clauses and whether its marker selects the instruments extra
-    alone (true for ``extra == "instruments"``, false without any extra)."""
+    """One requirement line: its name, specifier clauses and the one extra its marker selects alone (``"tested"``
+    for ``extra == "tested"``; ``None`` without any extra, or for a marker no single extra decides)."""
 
-    def __init__(self, name: str, clauses: tuple[str, ...], text: str, instruments_only: bool,
+    def __init__(self, name: str, clauses: tuple[str, ...], text: str, extra: str | None,
                  bounds: tuple[tuple[str, tuple[int, ...]], ...] | None, parsed: Any = None):
         self.name = name
         self.specifier = clauses  # each ``op`` + ``version``, in packaging's order (sorted as strings)
-        self.instruments_only = instruments_only
+        self.extra = extra
+        self.instruments_only = extra == "instruments"
         self._text = text
         self._bounds = bounds  # (op, release) of each clause; None: packaging compares
         self._parsed = parsed  # packaging's Requirement, when it parsed the line
@@ -105,27 +107,33 @@ def _fast(line: str) -> Requirement | None:
     if len({(op, _trim(r)) for op, _, r in bounds}) != len(bounds):
         return None  # packaging folds equal clauses: let it
     clauses = tuple(sorted(op + v for op, v, _ in bounds))
-    return Requirement(name, clauses, f'{name}{",".join(clauses)}; extra == "instruments"', True,
+    extra = match.group(4)
+    return Requirement(name, clauses, f'{name}{",".join(clauses)}; extra == "{extra}"', extra,
                        tuple((op, r) for op, _, r in bounds))
 
 
-def parse(line: str) -> Requirement:
+def parse(line: str, extra: str = "instruments") -> Requirement:
     """Parse one requirement line (``Requires-Dist``); raises packaging's ``InvalidRequirement`` for a line
-    packaging refuses."""
+    packaging refuses. ``extra``: the extra asked about, where the marker is one packaging evaluates."""
     fast = _fast(line)
     if fast is not None:
         return fast
     from packaging.requirements import Requirement as Parsed
 
     r = Parsed(line)
-    only = (r.marker is not None and r.marker.evaluate({"extra": "instruments"})
+    only = (r.marker is not None and r.marker.evaluate({"extra": extra})
             and not r.marker.evaluate({"extra": ""}))
     clauses = tuple(str(r.specifier).split(",")) if r.specifier else ()  # packaging's order, equal ones folded
-    return Requirement(r.name, clauses, str(r), bool(only), None, r)
+    return Requirement(r.name, clauses, str(r), extra if only else None, None, r)
+
+
+def extra_only(lines: list[str], extra: str) -> list[Requirement]:
+    """The requirements of ``lines`` that only extra ``extra`` selects. A line that names no extra at all cannot
+    be one and is not parsed."""
+    reqs = (parse(line, extra) for line in lines if "extra" in line and extra in line)
+    return [r for r in reqs if r.extra == extra]
 
 
 def instruments_only(lines: list[str]) -> list[Requirement]:
-    """The requirements of ``lines`` that only the ``instruments`` extra selects. A line that names no extra
-    at all cannot be one and is not parsed."""
-    reqs = (parse(line) for line in lines if "extra" in line)
-    return [r for r in reqs if r.instruments_only]
+    """The requirements of ``lines`` that only the ``instruments`` extra selects (what activation needs)."""
+    return extra_only(lines, "instruments")

@@ -2,10 +2,10 @@
 
 CI runs the whole suite on the newest supported set (``scripts/requirements.txt``) and the adapter and
 cross-process suites on the oldest (``scripts/requirements-oldest.txt``). The tested range of a library is
-what lies between those two: for a library an adapter instruments, its ``instruments`` requirement (the
-adapter is skipped outside it); for the libraries those pull in, :data:`COMPANIONS` below. A version outside
-its range is not refused (the adapters still run where their ``instruments`` allow): ``overmind doctor`` says
-so, so that a report of a fault can start from there.
+what lies between those two: for a library an adapter instruments, its ``tested`` requirement; for the
+libraries those pull in, :data:`COMPANIONS` below. A version outside its range is not refused (an adapter
+needs only its ``instruments``, and proves itself on a newer release: ``overmind.adapters.self_check``):
+``overmind doctor`` says so, so that a report of a fault can start from there.
 
 >>> [(r.name, r.installed, r.tested, r.in_range) for r in library_versions()][:1]
 [('torch', '2.13.0+cpu', '>=2.13,<2.14', True)]
@@ -23,9 +23,9 @@ COMPANIONS = {
     "torch": ">=2.13,<2.14",
     "huggingface-hub": ">=0.36,<2.5",
     "tokenizers": ">=0.22,<0.24",
-    "accelerate": ">=1.15,<1.16",
+    "accelerate": ">=1.15,<1.17",
     "safetensors": ">=0.8,<0.9",
-    "sentence-transformers": ">=5.7,<6.3",
+    "sentence-transformers": ">=5.7,<6.4",
 }
 
 
@@ -36,7 +36,7 @@ class LibraryVersion:
     name: str
     installed: str | None
     tested: str
-    declared_by: str  # "overmind-transformers instruments", or "overmind (companion)"
+    declared_by: str  # "overmind-transformers tested", or "overmind (companion)"
 
     @property
     def in_range(self) -> bool | None:
@@ -68,7 +68,7 @@ def _lower_first(specifier) -> str:
 def released_adapters() -> list[str]:
     """The installed adapters released with this Overmind, by distribution name: each declares an
     ``overmind.adapters`` entry point and requires ``overmind-core`` at exactly this version, as every package of
-    the Overmind repository does. Their ``instruments`` ranges are the ones Overmind is tested with; a third-party
+    the Overmind repository does. Their ``tested`` ranges are the ones Overmind is tested with; a third-party
     adapter's range is its own, reported by its skip line."""
     from .._version import __version__
     from ..adapters.discovery import GROUP
@@ -87,11 +87,11 @@ def library_versions() -> list[LibraryVersion]:
         dist = distributions.distribution(adapter)
         if dist is None:
             continue
-        for req in libraries.instruments_requirements(dist):
+        for req in libraries.tested_requirements(dist):
             name = _canonical(req.name)
             if name not in rows and req.specifier:
                 rows[name] = LibraryVersion(name, _installed(name), _lower_first(req.specifier),
-                                            f"{adapter} instruments")
+                                            f"{adapter} tested")
     for name, tested in COMPANIONS.items():
         rows.setdefault(name, LibraryVersion(name, _installed(name), tested, "overmind (companion)"))
     return sorted(rows.values(), key=lambda r: (r.declared_by.endswith("(companion)"), r.name))

@@ -229,7 +229,9 @@ def check_zerocopy() -> Check:
 
 
 def check_adapters() -> list[Check]:
-    """One line per installed adapter: loaded, or why it is skipped, disabled or failed."""
+    """One line per installed adapter: ok only when it is loaded on the library versions it is tested with. Loaded
+    on a newer, untested version: a warning with its self-check's result (run here, remembered per environment).
+    Skipped, failed or disabled: a warning that says why and what to do."""
     try:
         from ..adapters import discovery
 
@@ -239,14 +241,41 @@ def check_adapters() -> list[Check]:
     checks = []
     for name, st in sorted(states.items()):
         label = f"adapter {name}"
-        if st.status == "loaded":
+        if st.status == "loaded" and st.untested:
+            checks.append(_untested_adapter(label, st))
+        elif st.status == "loaded":
             checks.append(Check(label, OK, f"{st.dist or 'registered directly'}: loaded"))
         elif st.status == "failed":
             fix = f"reinstall {st.dist} or set OVERMIND_DISABLED_ADAPTERS={name}"
             checks.append(Check(label, WARN, st.reason, fix))
+        elif st.status == "disabled":
+            checks.append(Check(label, WARN, f"{st.dist}: disabled ({_plain_reason(name, st.reason)})",
+                                f"remove {name} from OVERMIND_DISABLED_ADAPTERS to cache its loads"))
         else:
-            checks.append(Check(label, OK, f"{st.dist}: {st.status} ({_plain_reason(name, st.reason)})"))
+            checks.append(Check(label, WARN, f"{st.dist}: skipped ({_plain_reason(name, st.reason)})",
+                                f"install what it needs, or uninstall {st.dist} if you do not use that library"))
     return checks or [Check("adapters", OK, "none installed")]
+
+
+def _untested_adapter(label: str, st) -> Check:
+    """An adapter loaded on a library version outside its tested range: its self-check, run now if no process
+    has run it here (it imports the library)."""
+    versions = ", ".join(f"{lib} {have} (tested: {tested})" for lib, have, tested in st.untested)
+    outcome = st.self_check
+    if outcome is None:
+        try:
+            from ..adapters import self_check
+
+            outcome = self_check.check_installed(st.name)
+        except Exception as exc:  # noqa: BLE001 - report, don't crash
+            outcome = None
+            result = f"self-check could not run ({type(exc).__name__}: {exc})"
+    if outcome is not None:
+        result = f"self-check {'passed' if outcome.passed else 'failed'}: {outcome.detail}"
+    state = "active" if outcome is not None and outcome.passed else "off"
+    lib, _, tested = st.untested[0]
+    return Check(label, WARN, f"{st.dist}: {state} on untested {versions}; {result}",
+                 f'pip install "{lib}{tested}" for a tested set, or report what fails with this version')
 
 
 _MARKER = re.compile(r"""\s*;\s*extra\s*==\s*["'][^"']*["']""")
