@@ -74,7 +74,9 @@ def test_strip_leaves_a_picklable_model_and_restores_the_same_objects(offloaded)
     with plugin.overmind_prepare_result(model, loader=None):
         assert instance_state(model) == {}  # the modules look undispatched to other adapters' checks
         record = model.__dict__[dispatch.MARKER]
-        assert record["guards"] == [["", "to"], ["", "cuda"]]
+        # the move guards accelerate put on the model (.to and .cuda before accelerate 1.16, .to since)
+        assert record["guards"] == [[n, a] for n, a in before if a in dispatch.GUARDED_METHODS]
+        assert ["", "to"] in record["guards"]
         assert [name for name, _ in record["hooked"]] == [n for n, m in model.named_modules() if (n, "_hf_hook") in before]
         plain_roundtrip(model)
     assert instance_state(model) == before and dispatch.MARKER not in model.__dict__

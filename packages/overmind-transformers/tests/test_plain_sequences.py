@@ -14,6 +14,8 @@ import json
 import os
 import shutil
 
+import pytest
+
 from _support import tiny_models as tm
 from _support.plain_sequences import compare_with_plain
 
@@ -36,7 +38,9 @@ done(seen, through)
 
 
 def _inside(flag):
-    return lambda extra: extra.update(inside=flag)
+    # Hub kernels off (transformers >= 5.25 kernelizes by default, and kernelizing a meta model raises in plain
+    # transformers): what this sequence checks is the registration patches; test_hub_kernels... checks kernels.
+    return lambda extra: extra.update(inside=flag, env={"USE_HUB_KERNELS": "0"})
 
 
 def test_init_empty_weights_and_a_plain_load_each_get_their_own_result(fresh):
@@ -46,6 +50,44 @@ def test_init_empty_weights_and_a_plain_load_each_get_their_own_result(fresh):
     plain, cached = compare_with_plain(fresh, steps, setup=lambda name: {})
     assert [r["seen"]["devices"] for r in plain] == [["meta"], ["cpu"], ["meta"], ["cpu"]]
     assert [r["through"]["hits"] for r in cached][2:] == [1, 1]  # both kinds served from the second time on
+
+
+HUB_KERNELS = '''
+from accelerate import init_empty_weights
+from transformers import BertModel
+
+def load_bert():
+    if S.get("inside"):
+        with init_empty_weights():
+            return BertModel.from_pretrained(P["bert"])
+    return BertModel.from_pretrained(P["bert"])
+
+try:
+    m, said, through = load(load_bert)
+except Exception as e:  # plain transformers 5.25 cannot kernelize a meta model: the same error either way
+    done({"error": f"{type(e).__name__}: {str(e).splitlines()[0]}"}, None if not ON else {"hits": 0})
+else:
+    seen = {"use_kernels": getattr(m, "use_kernels", None), "said": said, "digest": tm.state_digest(m)}
+    done(seen, through)
+'''
+
+
+def _kernels(value, inside=False):
+    return lambda extra: extra.update(env={"USE_HUB_KERNELS": value} if value else {}, inside=inside)
+
+
+def test_hub_kernels_on_and_off_each_get_their_own_result(fresh):
+    """transformers >= 5.25 kernelizes every model it loads unless ``USE_HUB_KERNELS=0``: ``model.use_kernels``
+    differs, so each setting is its own entry, and a meta load with kernels on fails as it does plainly."""
+    hub = pytest.importorskip("transformers.integrations.hub_kernels")
+    if not hasattr(hub, "_kernels_enabled"):
+        pytest.skip("this transformers does not kernelize by default")
+    steps = [_kernels(None), HUB_KERNELS, _kernels("0"), HUB_KERNELS, _kernels(None), HUB_KERNELS,
+             _kernels("0"), HUB_KERNELS, _kernels(None, inside=True), HUB_KERNELS]
+    plain, cached = compare_with_plain(fresh, steps, setup=lambda name: {})
+    assert [r["seen"].get("use_kernels") for r in plain[:4]] == [True, False, True, False]
+    assert plain[4]["seen"]["error"].startswith("ValueError: Unsupported device type 'meta'")
+    assert [r["through"]["hits"] for r in cached][2:4] == [1, 1]  # each setting served from the second time on
 
 
 INFERENCE_MODE = '''

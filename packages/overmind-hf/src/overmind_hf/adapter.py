@@ -12,6 +12,7 @@ may swap ``SPECS``), and hands its hooks on from a :class:`HubAdapter` over itse
     def key_for_value(value): ...                 # the library's own key stand-ins, or None
     def self_check_sample(): ...                  # a tiny object of the library, built from a config
     def self_check_describe(obj): ...             # what must survive the entry codec (optional)
+    def refusal(result): ...                      # why a result is never cached, or None (optional)
 
     _hub = HubAdapter(__name__)
     overmind_patch_targets = _hub.overmind_patch_targets
@@ -30,6 +31,7 @@ import sys
 from types import ModuleType
 
 from overmind.adapter import (
+    NotCachedByDesign,
     SelfCheck,
     Uncacheable,
     code_keyed_by_adapter,
@@ -136,6 +138,10 @@ class HubAdapter:
         """Refuse accelerate-dispatched results; name this adapter in pickling failures."""
         if not self._owns(loader):
             return None
+        refuse = getattr(self._plugin, "refusal", None)
+        why = refuse(result) if refuse is not None else None
+        if why:
+            raise NotCachedByDesign(f"{label(self._adapter)}: {loader.name} returned a model not cached: {why}")
         return dispatch.guard(self._adapter, result, loader)
 
     @hookimpl

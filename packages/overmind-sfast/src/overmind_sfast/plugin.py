@@ -10,9 +10,9 @@ What it does, once ``overmind.activate()`` has run:
   with every trace made so far and without tracing again.
 
 It patches no loader: there is nothing to route through the cache, the user's builder is the loader.
-The supported versions (``stable-fast>=1.0.5``, ``torch>=2.1``) are declared as the ``instruments`` extra of
-the distribution; the core checks them before importing this module and skips the adapter with one line
-of why when stable-fast is missing.
+The versions it needs (``stable-fast>=1.0.5``, ``torch>=2.1``) are the ``instruments`` extra of the
+distribution; the core checks them before importing this module and skips the adapter with one line of why
+when stable-fast is missing.
 """
 from __future__ import annotations
 

@@ -7,11 +7,15 @@
   (tokenizers, processors) have their dtype folded only where one is given.
 - Fetch-only arguments (``token``...) are dropped; a Hub id gets its resolved commit as an extra key part.
   Both are shared with diffusers: :mod:`overmind_hf.arguments`.
+- ``use_kernels`` is keyed as the load resolves it (the argument, else ``USE_HUB_KERNELS``), with the ``kernels``
+  version (:mod:`.hub_kernels`).
 """
 from __future__ import annotations
 
 from overmind.adapter import version_of
 from overmind_hf import arguments as common
+
+from . import hub_kernels
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -35,4 +39,9 @@ def normalise(loader: Any, arguments: dict[str, Any]) -> list[tuple]:
         common.fold_dtype(arguments)
     parts = common.hub_parts(arguments)
     common.drop_fetch_only(arguments)
+    if _is_model_loader(loader.owner):
+        kernels = hub_kernels.key_part(arguments)  # what the load does with Hub kernels (transformers >= 5.25)
+        if kernels is not None:
+            arguments.pop("use_kernels", None)
+            parts.append(kernels)
     return parts

@@ -15,6 +15,7 @@ from __future__ import annotations
 from overmind.adapter import Spec, hookimpl
 from overmind_hf.adapter import HubAdapter
 
+from . import hub_kernels
 from . import self_check_sample as _sample
 from . import values
 from .arguments import normalise
@@ -38,8 +39,9 @@ DYNAMIC_MODULES = "transformers_modules"
 key_for_value = values.key_for_value  # configs and generation configs by content, tokenizers' Rust parts
 self_check_sample = _sample.sample  # a two-layer BERT and a word-level fast tokenizer, built in memory
 self_check_describe = _sample.describe
+refusal = hub_kernels.refusal  # a model whose layers run Hub kernels (transformers >= 5.25)
 __all__ = ["ADAPTER", "SPECS", "PRELOAD", "DYNAMIC_MODULES", "normalise", "key_for_value", "self_check_sample",
-           "self_check_describe"]
+           "self_check_describe", "refusal"]
 
 _hub = HubAdapter(__name__)
 overmind_patch_targets = _hub.overmind_patch_targets
