@@ -17,6 +17,9 @@ Scenarios (each process is fresh; plain and Overmind alternate, the order flippi
     sfast                  a small SD pipeline compiled with stable-fast and warmed up
     gpu                    (needs CUDA; not in "all") pipe.to('cuda') after plain / warm / warm + pinned
     run                    (not in "all") the blog and MiniLM scripts end to end, warm cache: python vs overmind run
+    zerocopy-fp16          the blog-first warm load with the compiled extension against the pure-Python twins
+                           (OVERMIND_ZEROCOPY=c / python, alternated), and plain: what a torch the installed
+                           extension was not built for costs until 'overmind build-native'
 
 ``--via load`` wraps the scenario's loader calls in ``overmind.load`` instead of ``overmind.activate()``
 (for trying the core before an adapter exists; the tables say which was used).
@@ -177,6 +180,39 @@ def blog(h, paths, ckpt: str, n: int, touch: bool, activate_first: bool = False)
     return text, groups
 
 
+def zerocopy(h, paths, ckpt: str, n: int) -> tuple[str, dict]:
+    """Warm loads served by the compiled extension and by the pure-Python twins, from one entry per repetition
+    (published by a cold process not counted), alternated, with a plain process each repetition."""
+    argv = [paths[f"sd15-{ckpt}"], paths["controlnet-depth"], paths["controlnet-edge"], "--activate-first"]
+    script = os.path.join(SCEN, "blog.py")
+    modes = {"plain": None, "warm, extension": {"OVERMIND_ZEROCOPY": "c"},
+             "warm, twins": {"OVERMIND_ZEROCOPY": "python"}}
+    groups: dict[str, list[dict]] = {mode: [] for mode in modes}
+    h.run_child(script, argv, "plain", f"zerocopy-{ckpt}-prime")
+    for i in range(n):
+        with h.runtime() as rt:
+            h.run_child(script, argv, "overmind", f"zerocopy-{ckpt}-cold{i}", runtime_dir=rt)  # publishes
+            for mode in (list(modes) if i % 2 == 0 else list(reversed(modes))):
+                env = modes[mode]
+                sample = h.run_child(script, argv, "plain" if env is None else "overmind",
+                                     f"zerocopy-{ckpt}-{mode.replace(', ', '-')}{i}",
+                                     runtime_dir=None if env is None else rt, env=env)
+                sample["rep"] = i
+                groups[mode].append(sample)
+                print(f"  zerocopy rep {i + 1}/{n} {mode}: {_headline(sample)}", file=sys.stderr, flush=True)
+    measures = [("times.from_pretrained", "the 4 from_pretrained calls", "s"),
+                ("calls_window.oncpu_ms", "the 4 calls: CPU time of the process, all threads", "ms"),
+                ("process_s", "whole process (spawn to exit)", "s")]
+    main = "times.from_pretrained"
+    ratios = [("from_pretrained calls: twins / extension (the twins' cost)",
+               report.pair_ratios(groups["warm, twins"], groups["warm, extension"], main)),
+              ("from_pretrained calls: plain / extension (speed-up)",
+               report.pair_ratios(groups["plain"], groups["warm, extension"], main)),
+              ("from_pretrained calls: plain / twins (speed-up)",
+               report.pair_ratios(groups["plain"], groups["warm, twins"], main))]
+    return report.table(groups, measures) + "\n\n" + report.ratio_table(ratios), groups
+
+
 def memory(h, paths, ckpt: str, n: int, procs: int = 4) -> tuple[str, dict]:
     """``procs`` holders per mode; PSS summed over them (and over the server in Overmind mode)."""
     argv = [paths[f"sd15-{ckpt}"], paths["controlnet-depth"], paths["controlnet-edge"], "--touch", "--hold"]
@@ -266,6 +302,8 @@ def run_one(name: str, h, scale: str, n: int) -> tuple[str, dict]:
                     activate_first=name.startswith("blog-first"))
     if name == "gpu":
         return gpu(h, paths, n)
+    if name == "zerocopy-fp16":
+        return zerocopy(h, paths, "fp16", n)
     if name in ("memory-fp16", "memory-fp32"):
         return memory(h, paths, name.rsplit("-", 1)[1], n)
     common = [("process_s", "whole process (spawn to exit)", "s"), ("times.import", "imports", "s")]
@@ -293,7 +331,7 @@ def run_one(name: str, h, scale: str, n: int) -> tuple[str, dict]:
 
 _SD = ("sd15-fp16", "sd15-fp32", "controlnet-depth", "controlnet-edge")
 NEEDS = {**{name: _SD for name in ("blog-fp16", "blog-fp32", "blog-first-fp16", "blog-first-fp32", "first-use-fp16",
-                                   "first-use-fp32", "memory-fp16", "memory-fp32", "gpu", "run")},
+                                   "first-use-fp32", "memory-fp16", "memory-fp32", "gpu", "run", "zerocopy-fp16")},
          "bnb": ("llama-1b",), "minilm": (), "sfast": ()}  # the fixture folders each scenario reads
 
 ALL = ["blog-fp16", "blog-fp32", "blog-first-fp16", "blog-first-fp32", "first-use-fp16", "first-use-fp32", "memory-fp16", "memory-fp32", "minilm", "bnb",

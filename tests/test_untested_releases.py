@@ -102,9 +102,9 @@ def test_each_adapters_self_check_passes_on_the_installed_release(adapter, tmp_p
     if discovery.states().get(adapter) is None or discovery.states()[adapter].status != "loaded":
         pytest.skip(f"adapter {adapter} is not loaded here ({discovery.states().get(adapter)})")
     out = run_fresh(f'''
-        from overmind.adapters import self_check
+        from overmind.loading import adapter_check
         from overmind.testing import report
-        outcome = self_check.check_installed({adapter!r})
+        outcome = adapter_check.check_installed({adapter!r})
         report([outcome.passed, outcome.detail])
     ''', env={"XDG_CACHE_HOME": str(tmp_path)})
     assert out[0], f"adapter {adapter}: {out[1]}"

@@ -121,7 +121,7 @@ def probe(tmp_path, overmind_runtime):
         (site / "probe_lib.py").write_text(LIBRARY.format(params=params, path=params.split(", ")[1]))
         (site / "probe_adapter.py").write_text(ADAPTER)
         _dist(site, "probe-lib", "1.5", top="probe_lib")
-        _dist(site, "probe-adapter", "0.1", [f'probe-lib>=1; extra == "instruments"',
+        _dist(site, "probe-adapter", "0.1", ['probe-lib>=1; extra == "instruments"',
                                              f'probe-lib{tested}; extra == "tested"'],
               "[overmind.adapters]\nprobe = probe_adapter\n")
         return lossy
@@ -222,15 +222,16 @@ def test_doctor_warns_for_an_untested_adapter_with_its_self_check(probe, tmp_pat
 
 def test_the_remembered_result_is_named_by_every_version_it_depends_on(monkeypatch, tmp_path):
     from overmind._util import distributions
-    from overmind.adapters import discovery, self_check
+    from overmind.adapters import discovery
+    from overmind.loading import adapter_check
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     discovery.states()
-    path = self_check._memo_path("transformers")
+    path = adapter_check._memo_path("transformers")
     assert path.startswith(str(tmp_path / "overmind" / "self-checks" / "transformers-"))
     real = distributions.version
     for moved in ("torch", "transformers"):
         monkeypatch.setattr(distributions, "version", lambda n, m=moved: "9.9" if n == m else real(n))
-        assert self_check._memo_path("transformers") != path, f"another {moved} must check again"
+        assert adapter_check._memo_path("transformers") != path, f"another {moved} must check again"
     monkeypatch.setattr(distributions, "version", real)
-    assert self_check._memo_path("transformers") == path
+    assert adapter_check._memo_path("transformers") == path

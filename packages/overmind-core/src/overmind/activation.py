@@ -116,9 +116,9 @@ def _fitting(state: AdapterState, targets: list, check) -> list:
 def _passes_self_check(state: AdapterState, targets: list, check, strict: bool) -> bool:
     """On a library version outside the adapter's tested range: whether the adapter proves itself there. A
     failure leaves it off, with one warning (an AdapterError under strict)."""
-    from .adapters import self_check
+    from .loading import adapter_check
 
-    outcome = state.self_check = self_check.run(state.name, targets, check)
+    outcome = state.self_check = adapter_check.run(state.name, targets, check)
     versions = ", ".join(f"{lib} {have} (tested: {tested})" for lib, have, tested in state.untested)
     if outcome.passed:
         log.info("overmind: adapter %s is active on %s, outside its tested range: its self-check passed (%s)",

@@ -54,8 +54,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Iterable, NamedTuple
 
-__all__ = ["hookimpl", "PatchTarget", "SelfCheck", "Spec", "Function", "resolve", "resolve_roots", "collect", "waiting_modules",
-           "owns", "label", "warn",
+__all__ = ["hookimpl", "PatchTarget", "SelfCheck", "Spec", "Function", "resolve", "resolve_roots", "collect",
+           "waiting_modules", "owns", "label", "warn",
            "version_of", "dist_of", "Uncacheable", "uncacheable", "NotCacheable", "NotCachedByDesign",
            "meta_intended", "code_keyed_by_adapter", "PicklingFailed", "raise_users", "patch_now", "is_patched",
            "get_original", "fingerprint", "load_memo", "logger", "in_cache_mapping", "pages_untouched",

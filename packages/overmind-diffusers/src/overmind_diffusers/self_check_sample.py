@@ -1,5 +1,5 @@
 """The objects the diffusers adapter sends through the entry codec to prove itself on an untested release
-(:mod:`overmind.adapters.self_check`): a one-block UNet and a DDPM scheduler, built from their configs. Nothing
+(:mod:`overmind.loading.adapter_check`): a one-block UNet and a DDPM scheduler, built from their configs. Nothing
 is read from disk.
 """
 from __future__ import annotations

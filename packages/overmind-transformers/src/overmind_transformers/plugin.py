@@ -15,9 +15,8 @@ from __future__ import annotations
 from overmind.adapter import Spec, hookimpl
 from overmind_hf.adapter import HubAdapter
 
-from . import hub_kernels
+from . import hub_kernels, values
 from . import self_check_sample as _sample
-from . import values
 from .arguments import normalise
 
 ADAPTER = "transformers"

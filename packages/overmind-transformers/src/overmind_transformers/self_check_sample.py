@@ -1,5 +1,5 @@
 """The object the transformers adapter sends through the entry codec to prove itself on an untested release
-(:mod:`overmind.adapters.self_check`): a two-layer BERT built from its config and a word-level fast tokenizer
+(:mod:`overmind.loading.adapter_check`): a two-layer BERT built from its config and a word-level fast tokenizer
 built in memory, the two kinds of object the adapter's hooks and reducers handle. Nothing is read from disk.
 """
 from __future__ import annotations
@@ -24,8 +24,9 @@ def sample() -> dict[str, Any]:
 
 def describe(obj: dict[str, Any]) -> Any:
     """The model as the core describes a module; the tokenizer by its class, backend and what it makes of text."""
-    from overmind.adapters.self_check import describe as describe_module
+    from overmind.adapter import SelfCheck
 
     tokenizer = obj["tokenizer"]
-    return (describe_module(obj["model"]), type(tokenizer).__qualname__, tokenizer.backend_tokenizer.to_str(),
-            tokenizer("cached like plain, unknown")["input_ids"], tokenizer.pad_token, len(tokenizer))
+    return (SelfCheck.default_describe(obj["model"]), type(tokenizer).__qualname__,
+            tokenizer.backend_tokenizer.to_str(), tokenizer("cached like plain, unknown")["input_ids"],
+            tokenizer.pad_token, len(tokenizer))

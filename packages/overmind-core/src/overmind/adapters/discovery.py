@@ -1,12 +1,13 @@
 """Adapter discovery (entry-point group ``overmind.adapters``) and the state of every adapter seen.
 
-Adapters are discovered once per process, on ``activate()`` or on the first ``load()`` (their reducers and
-key hooks apply to direct ``overmind.load`` calls too). Before an adapter's module is imported, the library
-versions it needs (its distribution's requirements with ``extra == "instruments"``: lower bounds, and upper
-ones only for versions known to break) are checked against what is installed: an adapter for a library that
-is missing or too old is skipped with one line of why. A library newer than the adapter's ``tested`` extra
-does not skip it: the adapter checks itself when it patches (:mod:`overmind.adapters.self_check`). An adapter the user blocks with ``OVERMIND_DISABLED_ADAPTERS=a,b`` is not
-imported at all. An adapter is *live* once its libraries are imported (see :mod:`overmind.adapters.libraries`).
+Adapters are discovered once per process, on ``activate()`` or on the first ``load()`` (their reducers and key hooks
+apply to direct ``overmind.load`` calls too). Before an adapter's module is imported, the library versions it needs
+(its distribution's requirements with ``extra == "instruments"``: lower bounds, and upper ones only for versions
+known to break) are checked against what is installed: an adapter for a library that is missing or too old is
+skipped with one line of why. A library newer than the adapter's ``tested`` extra does not skip it: the adapter
+checks itself when it patches (:mod:`overmind.loading.adapter_check`). An adapter the user blocks with
+``OVERMIND_DISABLED_ADAPTERS=a,b`` is not imported at all. An adapter is *live* once its libraries are imported (see
+:mod:`overmind.adapters.libraries`).
 
 >>> from overmind import adapters
 >>> discovery.states()["bnb"].status

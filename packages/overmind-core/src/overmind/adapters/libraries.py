@@ -23,7 +23,7 @@ def instruments_requirements(dist: distributions.Distribution | None) -> list[re
 
 def tested_requirements(dist: distributions.Distribution | None) -> list[requirements.Requirement]:
     """The library versions an adapter distribution's test lanes run, under its ``tested`` extra: activation does
-    not require them; outside them the adapter checks itself (:mod:`overmind.adapters.self_check`)."""
+    not require them; outside them the adapter checks itself (:mod:`overmind.loading.adapter_check`)."""
     if dist is None:
         return []
     return requirements.extra_only(dist.requires or [], "tested")

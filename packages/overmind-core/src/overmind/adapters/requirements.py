@@ -1,13 +1,13 @@
 """An adapter's ``instruments`` and ``tested`` requirement lines, and whether an installed version meets one, as
 packaging says.
 
-The adapters declare the library versions they need as ``name>=A; extra == "instruments"`` and the ones their
-test lanes run as ``name>=A,<B; extra == "tested"``: release bounds joined by commas. ``overmind.activate()`` checks those against the installed versions, and importing
-packaging to do so would cost a quarter of activation. This module reads that shape itself and compares as
-PEP 440 and packaging do (``<B`` admits none of B's pre-releases, ``>A`` none of A's post-releases or local
-versions, ``>=``, ``<=`` and ``==`` ignore a local label, ``~=A.B`` is ``>=A.B`` with ``A.*``). Every other
-line or version (another marker, extras, a URL, ``===``, wildcards, pre-release or epoch bounds, a version
-spelled other than in normal form) is handed to packaging, so each answer is packaging's.
+The adapters declare the library versions they need as ``name>=A; extra == "instruments"`` and the ones their test
+lanes run as ``name>=A,<B; extra == "tested"``: release bounds joined by commas. ``overmind.activate()`` checks
+those against the installed versions, and importing packaging to do so would cost a quarter of activation. This
+module reads that shape itself and compares as PEP 440 and packaging do (``<B`` admits none of B's pre-releases,
+``>A`` none of A's post-releases or local versions, ``>=``, ``<=`` and ``==`` ignore a local label, ``~=A.B`` is
+``>=A.B`` with ``A.*``). Every other line or version (another marker, extras, a URL, ``===``, wildcards, pre-release
+or epoch bounds, a version spelled other than in normal form) is handed to packaging, so each answer is packaging's.
 
 >>> r = parse('bitsandbytes<0.51,>=0.50; extra == "instruments"')
 >>> str(r), r.instruments_only, r.satisfied_by("0.50.1"), r.satisfied_by("0.51.0rc1")
@@ -108,6 +108,8 @@ def _fast(line: str) -> Requirement | None:
         return None  # packaging folds equal clauses: let it
     clauses = tuple(sorted(op + v for op, v, _ in bounds))
     extra = match.group(4)
+    if extra != re.sub(r"[-_.]+", "-", extra).lower():
+        return None  # an extra not in normal form: packaging normalises it (and prints it so)
     return Requirement(name, clauses, f'{name}{",".join(clauses)}; extra == "{extra}"', extra,
                        tuple((op, r) for op, _, r in bounds))
 

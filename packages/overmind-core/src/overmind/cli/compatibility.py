@@ -4,7 +4,7 @@ CI runs the whole suite on the newest supported set (``scripts/requirements.txt`
 cross-process suites on the oldest (``scripts/requirements-oldest.txt``). The tested range of a library is
 what lies between those two: for a library an adapter instruments, its ``tested`` requirement; for the
 libraries those pull in, :data:`COMPANIONS` below. A version outside its range is not refused (an adapter
-needs only its ``instruments``, and proves itself on a newer release: ``overmind.adapters.self_check``):
+needs only its ``instruments``, and proves itself on a newer release: ``overmind.loading.adapter_check``):
 ``overmind doctor`` says so, so that a report of a fault can start from there.
 
 >>> [(r.name, r.installed, r.tested, r.in_range) for r in library_versions()][:1]

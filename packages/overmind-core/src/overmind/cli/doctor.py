@@ -225,7 +225,7 @@ def check_zerocopy() -> Check:
         return Check(name, OK, (f"compiled extension overmind.native._C ({reason})" if reason else
                                 "compiled extension overmind.native._C") + once)
     return Check(name, WARN, f"{active} implementation: {reason}",
-                 "rebuild the extension with scripts/setup for faster warm loads (the cache works without it)")
+                 "run 'overmind build-native' for faster warm loads (the cache works without it)")
 
 
 def check_adapters() -> list[Check]:
@@ -264,9 +264,9 @@ def _untested_adapter(label: str, st) -> Check:
     outcome = st.self_check
     if outcome is None:
         try:
-            from ..adapters import self_check
+            from ..loading import adapter_check
 
-            outcome = self_check.check_installed(st.name)
+            outcome = adapter_check.check_installed(st.name)
         except Exception as exc:  # noqa: BLE001 - report, don't crash
             outcome = None
             result = f"self-check could not run ({type(exc).__name__}: {exc})"

@@ -129,6 +129,11 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--json", action="store_true", help="print the checks and the settings as JSON")
     doctor.set_defaults(func=cmd_doctor)
 
+    build = sub.add_parser("build-native", help="compile overmind.native._C for the installed torch (about a "
+                                                "minute; for a torch other than the one it was installed with)")
+    build.add_argument("--force", action="store_true", help="compile even if an extension for this torch serves")
+    build.set_defaults(func=cmd_build_native)
+
     from ..runner.commands import add_parser as add_run_parser
 
     add_run_parser(sub)
@@ -285,6 +290,24 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor import run_checks
 
     return run_checks(args.runtime_dir, brief=args.brief, as_json=args.json)
+
+
+def cmd_build_native(args: argparse.Namespace) -> int:
+    from ..native import build, extension
+
+    module, how = extension.load()
+    if module is not None and not args.force:
+        print(f"overmind: nothing to build: {how}")
+        return 0
+    print(f"overmind: compiling overmind.native._C for torch {extension.torch_release()} into "
+          f"{extension.cache_dir()} (about a minute) ...", flush=True)
+    try:
+        path, seconds = build.build()
+    except build.BuildFailed as e:
+        print(f"overmind: {e}", file=sys.stderr)
+        return 1
+    print(f"overmind: built {path} in {seconds:.0f} s; new processes use it (overmind doctor: zero-copy)")
+    return 0
 
 
 # ---- helpers -------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from . import extension
 _COMPILE = '''
 import sys
 from torch.utils.cpp_extension import load
-sources, include, out = sys.argv[1].split("\\0"), sys.argv[2], sys.argv[3]
+include, out, sources = sys.argv[1], sys.argv[2], sys.argv[3:]
 load(name="_C", sources=sources, extra_include_paths=[include], extra_cflags=["-O2", "-g0"], build_directory=out,
      verbose=False, is_python_module=True)
 '''
@@ -45,7 +45,7 @@ def build(release: str | None = None) -> tuple[str, float]:
     start = time.monotonic()
     try:
         env = {**os.environ, "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])}
-        proc = subprocess.run([sys.executable, "-c", _COMPILE, "\0".join(sources), extension.SOURCES, work],
+        proc = subprocess.run([sys.executable, "-c", _COMPILE, extension.SOURCES, work, *sources],
                               capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
         if proc.returncode != 0:
             tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])

@@ -10,7 +10,7 @@ a warm load, and ``overmind doctor`` says so and what to run.
 
 >>> module, how = extension.load()
 >>> how
-'overmind.native._C imported (built for torch 2.13.0)'
+'installed with overmind-core, built for torch 2.13.0'
 """
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def load() -> tuple[ModuleType | None, str]:
     else:
         built = getattr(module, "TORCH_BUILT", None)
         if built == here:
-            return module, f"{NAME} imported (built for torch {built})"
+            return module, f"installed with overmind-core, built for torch {built}"
         why.append(f"{NAME} was built for torch {built or 'before 2.13.0'}, this is torch {here}")
     path = built_file()
     if path is None:

@@ -2,7 +2,8 @@
 
 Two implementations with one signature each, markupsafe style:
 
-* ``c``: the compiled extension ``overmind.native._C`` (``csrc/``), built at install time when torch is present;
+* ``c``: the compiled extension ``overmind.native._C`` (``csrc/``), built at install time when torch is present,
+  or by ``overmind build-native`` for another torch (:mod:`.extension` says which serves);
 * ``python``: the pure-Python twin below, always available.
 
 ``OVERMIND_ZEROCOPY=python`` forces the twin, ``OVERMIND_ZEROCOPY=c`` requires the extension (an import of
@@ -28,7 +29,6 @@ What is and is not copied by ``script_module_from_storage`` (see ``entries/torch
 from __future__ import annotations
 
 import ctypes
-import importlib
 import io
 import re
 import warnings
@@ -37,7 +37,6 @@ from typing import Any, Callable
 
 import torch
 
-from .._util import interrupts
 from ..errors import OvermindError
 from . import tensors
 
@@ -214,27 +213,24 @@ def _select(name: str | None = None) -> str:
         raise ValueError(
             f"overmind: {ENV}={requested!r} is not a zero-copy implementation; use 'c', 'python', or unset it."
         )
-    ext, failure = None, None
+    ext, how = None, ""
     if requested != "python":
-        try:
-            # import_module consults sys.modules first, so a blocked entry (None) reads as "not built".
-            ext = importlib.import_module(f"{__package__}._C")
-        except Exception as exc:  # an ABI mismatch raises ImportError, a broken build may raise others
-            interrupts.raise_users(exc)
-            failure = f"{type(exc).__name__}: {exc}"
+        from . import extension
+
+        ext, how = extension.load()  # the installed one if built for this torch, else one built for it
     _extension_path = getattr(ext, "__file__", None)
     if requested == "c" and ext is None:
         raise ExtensionUnavailable(
-            f"overmind: {ENV}=c requires the compiled extension overmind.native._C, and it does not import "
-            f"({failure}). Rebuild it with scripts/setup (torch and a C++20 compiler must be present at "
-            f"install time), or unset {ENV} to use the pure-Python twin."
+            f"overmind: {ENV}=c requires the compiled extension overmind.native._C for this torch, and there is "
+            f"none ({how}). Build it with 'overmind build-native' (torch and a C++20 compiler must be present), "
+            f"or unset {ENV} to use the pure-Python twin."
         )
     if ext is None:
         _impl, IMPLEMENTATION = _PYTHON, "python"
-        _reason = f"{ENV}=python" if requested == "python" else f"overmind.native._C unavailable ({failure})"
+        _reason = f"{ENV}=python" if requested == "python" else how
     else:
         _impl, IMPLEMENTATION = _compiled(ext), "c"
-        _reason = f"{ENV}=c" if requested == "c" else "overmind.native._C imported"
+        _reason = f"{ENV}=c: {how}" if requested == "c" else how
     return IMPLEMENTATION
 
 

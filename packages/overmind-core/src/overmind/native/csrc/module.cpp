@@ -1,5 +1,8 @@
 // The Python module overmind.native._C: bindings only; the work lives in the other files of csrc/.
 #include <pybind11/stl.h>
+#include <torch/version.h>
+
+#include <string>
 
 #include "load_arena.h"
 #include "zerocopy.h"
@@ -10,6 +13,10 @@ PYBIND11_MODULE(_C, m) {
   // The functions build torch Python objects; torch's own module initialisation must have run first.
   py::module_::import("torch");
   m.doc() = "Compiled parts of overmind.zerocopy and overmind.shm.arena; use those modules rather than this one.";
+  // The torch release whose C++ API this was compiled against: overmind.native.extension uses it under that
+  // torch only (the API changes between releases).
+  m.attr("TORCH_BUILT") = std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
+                          std::to_string(TORCH_VERSION_PATCH);
   m.def("storage_from_buffer", &overmind::storage_from_buffer, py::arg("buffer"),
         "torch.UntypedStorage over a buffer's memory, without a copy; keeps the buffer's owner alive.");
   m.def("storage_from_buffer_range", &overmind::storage_from_buffer_range, py::arg("buffer"), py::arg("offset"),
