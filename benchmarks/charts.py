@@ -233,6 +233,14 @@ def rows(cur: dict[str, Result]) -> list[Row]:
             plain, run = g[RUN_MODES[0]], g[RUN_MODES[2]]
             out.append(Row("run", title, "s", median(plain, "ready_s"), None, median(run, "ready_s"),
                            ratio(plain, run, "ready_s"), None, f"{len(plain)}/-/{len(run)}"))
+    r = cur.get("zerocopy-fp16")
+    if r is not None:
+        g = r.data["groups"]
+        path = "times.from_pretrained"
+        out.append(Row("zerocopy-fp16", "the blog's 4 calls, warm, served by the pure-Python twins (a torch the "
+                       "extension was not built for)", "s", median(g["plain"], path), None,
+                       median(g["warm, twins"], path), ratio(g["plain"], g["warm, twins"], path), None,
+                       f"{len(g['plain'])}/-/{len(g['warm, twins'])}"))
     for scenario, title in (("memory-fp16", "4 processes holding the fp16 pipeline: sum of PSS"),
                             ("memory-fp32", "4 processes holding the fp32-as-fp16 pipeline: sum of PSS")):
         r = cur.get(scenario)
@@ -360,6 +368,25 @@ def run_detail(r: Result) -> str:
                            f"{len(g[RUN_MODES[0]])} processes of each.")]
         out.append("\n".join(lines))
     return "\n\n".join(out + [para(source(r))])
+
+
+ZEROCOPY_MODES = ("plain", "warm, extension", "warm, twins")
+
+
+def zerocopy_detail(r: Result) -> str:
+    """The warm load served by the compiled extension against the pure-Python twins (``run.py zerocopy-fp16``)."""
+    g = r.data["groups"]
+    lines = ["| measure (s) | " + " | ".join(ZEROCOPY_MODES) + " |", "|---|---:|---:|---:|"]
+    for path, what in (("times.from_pretrained", "the 4 from_pretrained calls"),
+                       ("process_s", "whole process, spawn to exit")):
+        lines.append(f"| {what} | " + " | ".join(spread(g[m], path, "s") for m in ZEROCOPY_MODES) + " |")
+    main = "times.from_pretrained"
+    cost = ratio(g["warm, twins"], g["warm, extension"], main)
+    lines += ["", para(f"Pair by pair, the 4 calls: twins / extension {cell(cost, 'x')}; plain / extension "
+                       f"{cell(ratio(g['plain'], g['warm, extension'], main), 'x')}; plain / twins "
+                       f"{cell(ratio(g['plain'], g['warm, twins'], main), 'x')}. {len(g['plain'])} processes of "
+                       f"each."), "", para(source(r))]
+    return "\n".join(lines)
 
 
 def library_tests_block(cur: dict[str, Result]) -> str:
@@ -562,6 +589,8 @@ def blocks(cur: dict[str, Result]) -> dict[str, str]:
             out[f"detail {scenario}"] = memory_detail(r)
         elif scenario == "run":
             out["detail run"] = run_detail(r)
+        elif scenario == "zerocopy-fp16":
+            out["detail zerocopy-fp16"] = zerocopy_detail(r)
     return out
 
 
