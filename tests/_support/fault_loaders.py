@@ -91,3 +91,20 @@ def same_bundle(a: dict, b: dict) -> bool:
             and all(torch.equal(x, y) and x.dtype == y.dtype
                     for x, y in [(a["t"], b["t"]), *zip(a["pair"], b["pair"]),
                                  (a["layer"].weight, b["layer"].weight), (a["layer"].bias, b["layer"].bias)]))
+
+
+class Counted:
+    """A tensor holder that writes a line to the file ``$PICKLED_LOG`` each time it is pickled (was it ever?)."""
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+    def __reduce_ex__(self, protocol):
+        with open(os.environ["PICKLED_LOG"], "a") as f:
+            f.write("pickled\n")
+        return (Counted, (self.tensor,))
+
+
+def reduce_counted_tensor(nbytes: int) -> Counted:
+    """``nbytes`` of float32 ones in a :class:`Counted` (the refused-publish tests)."""
+    return Counted(torch.ones(nbytes // 4))

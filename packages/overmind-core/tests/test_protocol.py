@@ -31,8 +31,8 @@ def pair():
     b.close()
 
 
-def test_protocol_version_is_4():
-    assert PROTOCOL_VERSION == 4
+def test_protocol_version_is_5():
+    assert PROTOCOL_VERSION == 5  # 5: the admit op and a get's refused status
 
 
 def test_roundtrip_without_fds(pair):

@@ -91,3 +91,36 @@ def test_evict_refuses_a_referenced_entry_unless_all(client, sealed_memfd):
     client.publish("y", sealed_memfd(b"y"), deps=[client.ls()[0]["entry_id"]])
     assert sorted(client.evict(all=True)["evicted"]) == ["x", "y"]
     assert client.status()["bytes"] == 0 and client.ls() == []
+
+
+def test_admission_answers_before_a_publish_and_remembers_an_entry_larger_than_the_budget(client, sealed_memfd):
+    assert client.get("huge").status == "claimed"
+    verdict = client.admit("huge", 41 * K)
+    assert (verdict["admitted"], verdict["why"], verdict["need"], verdict["budget"]) == (False, "budget", 41 * K, 40 * K)
+    assert "its entry needs 41.0 KiB and the whole budget is 40.0 KiB" in verdict["message"]
+    assert "set OVERMIND_MAX_BYTES above 41.0 KiB and restart the server ('overmind stop')" in verdict["message"]
+    client.release("huge")
+    refused = client.get("huge")  # every later get of that key: plain, no claim
+    assert refused.status == "refused" and refused.entry["need"] == 41 * K
+    assert client.status()["refused_keys"] == 1
+    assert client.admit("fits", 39 * K) == {"admitted": True}
+    assert client.get("fits").status == "claimed"  # a key that fits is claimed as ever
+
+
+def test_an_entry_its_own_dependencies_leave_no_room_for_is_refused_for_now_in_human_units(client, sealed_memfd):
+    base = client.publish("base", sealed_memfd(b"0" * 16 * K))
+    client.publish("user", sealed_memfd(b"1" * 16 * K), deps=[base])
+    with pytest.raises(ServerError) as info:  # its own dependency "base" stays: 24 KiB can be freed, not 25
+        client.publish("mid", sealed_memfd(b"3" * 25 * K), deps=[base])
+    assert info.value.reason == "budget"
+    assert "needs 25.0 KiB and only 24.0 KiB of the 40.0 KiB budget can be freed now" in str(info.value)
+    assert client.get("mid").status == "claimed", "not remembered: a later load may find the room"
+    assert client.admit("mid2", 30 * K) == {"admitted": True}, "without dependencies both entries may go"
+    assert _keys(client) == {"base", "user"}, "asking evicts nothing"
+
+
+def test_a_claim_reports_the_room_an_entry_may_take(client, sealed_memfd):
+    assert client.get("a").entry == {"room": 40 * K}
+    base = client.publish("base", sealed_memfd(b"0" * 16 * K))
+    client.publish("user", sealed_memfd(b"1" * 16 * K), deps=[base])
+    assert client.get("b").entry == {"room": 24 * K}

@@ -40,7 +40,7 @@ from . import timeouts
 from .transport import ReplyTimeout, TimedSocket, TransportError
 
 _STOP_WAIT_S = 10.0
-_GET_STATUSES = ("hit", "claimed", "miss", "busy")
+_GET_STATUSES = ("hit", "claimed", "miss", "busy", "refused")
 # The connection is broken (peer gone, reset, garbage): the request may be repeated on a new connection.
 # Only these, raised by protocol and transport themselves: an exception of the user's signal handler, even
 # an OSError, is never taken for a broken connection and retried.
@@ -53,10 +53,12 @@ class ReplyMismatch(ServerUnavailable):
 
 @dataclass
 class GetResult:
-    """Reply to ``Client.get``: ``status`` is ``hit``, ``claimed``, ``miss`` or ``busy``.
+    """Reply to ``Client.get``: ``status`` is ``hit``, ``claimed``, ``miss``, ``busy`` or ``refused``.
 
     On a hit, ``entry`` is ``{entry_id, key, nbytes, meta, deps}`` and ``fds`` maps the entry's id and the
-    ids of every entry it transitively depends on to open fds that the caller owns and must close.
+    ids of every entry it transitively depends on to open fds that the caller owns and must close. When
+    ``refused`` (the key's entry is larger than the whole budget), ``entry`` is the refusal, with its ``message``;
+    when ``claimed``, ``{"room": bytes}``, what an entry may take before the publisher must ask ``admit``.
     """
 
     status: str
@@ -104,7 +106,8 @@ class Client:
                 reply, fds = self._get_once(key, claim, wait_s)
             if reply["status"] != "hit":
                 close_fds(fds)
-                return GetResult(reply["status"])
+                extra = reply.get("refused") or ({"room": reply["room"]} if "room" in reply else None)
+                return GetResult(reply["status"], extra)
             return GetResult("hit", reply["entry"], self._pair(reply.get("fd_entries", []), fds))
         except (ReplyTimeout, *_BROKEN):
             close_fds(fds)
@@ -170,6 +173,13 @@ class Client:
         reply, fds = self._request({"op": "release", "key": key}, retry=False)
         close_fds(fds)
         return bool(reply.get("released"))
+
+    def admit(self, key: str, nbytes: int) -> dict[str, Any]:
+        """Whether the server can admit an entry of ``nbytes`` for ``key`` (``server/admission.py``): ``{"admitted":
+        True}``, or the refusal with its ``message``. Asked before the entry is pickled and written."""
+        reply, fds = self._request({"op": "admit", "key": key, "nbytes": int(nbytes)})
+        close_fds(fds)
+        return {k: v for k, v in reply.items() if k not in ("ok", "id")}
 
     # ---- mark_bad (server op 'bad', owned by the server side) ----
     def mark_bad(self, key: str, entry_id: str) -> bool:

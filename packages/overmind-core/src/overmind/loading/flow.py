@@ -178,6 +178,10 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         # filter raises here
         warned.issue(between=logged.emit)
         return obj
+    if res.status == "refused":  # larger than the whole budget, found by an earlier load: plain, at plain speed
+        fallback.step_aside(f"overmind: not caching {loader.name}: {(res.entry or {}).get('message', 'refused')}; "
+                            f"loaded plainly.", BudgetRefused())
+        return fn(*args, **kwargs)
     if res.status != "claimed":
         fallback.step_aside(f"overmind: another process is still loading {loader.name} (entry {ck.key[:12]}) after "
                             f"{wait_s:.0f} s; loaded without the cache. Raise "
@@ -185,7 +189,8 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         return fn(*args, **kwargs)
 
     try:
-        return _load_claimed(client, loader, ck, args, kwargs, recheck, arguments, stack, call_frame, vary)
+        room = (res.entry or {}).get("room")  # None: this process started the server (it holds nothing yet)
+        return _load_claimed(client, loader, ck, args, kwargs, recheck, arguments, stack, call_frame, vary, room)
     except BaseException:
         # The loader raised, or Ctrl-C / a signal handler's exception arrived anywhere while this call held the
         # claim: give it back now, or other processes wait on it until this connection closes.
@@ -199,7 +204,7 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
 
 def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict,
                   recheck: _Recheck | None, arguments: dict | None, stack: list, call_frame: Any = None,
-                  vary: list[str] | None = None) -> Any:
+                  vary: list[str] | None = None, room: int | None = None) -> Any:
     """Run the loader under this call's claim, then publish; exceptions of the loader propagate. The warnings it
     issues are shown as plain shows them, and kept in the entry for hits (``replay/loader_warnings.py``). A loader that
     drew from the global generators is published as a variant of its call (loading/randomness.py)."""
@@ -245,6 +250,11 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
                 log.debug("overmind: not caching %s: %s", loader.name, _CODE_CHANGED)
                 return result
             target = key.CacheKey(variant_key, ck.summary, ck.ambient, ck.described)
+        refusal = _admission(client, target, result, room)
+        if refusal is not None:  # the entry cannot be admitted: known before anything is pickled or written
+            _release(client, ck.key)
+            run.not_cached(loader.name, BudgetRefused(refusal))
+            return result
         try:
             rebuilt = publish(client, loader, target, result, arguments, recheck, load_arena, warned.records,
                               logged.for_entry(), after)
@@ -269,6 +279,33 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
     if not stack:
         heap_trim.trim()  # the plain result's freed heap (~0.4 GiB for a pipeline converted to fp16) back to the system
     return rebuilt
+
+
+class BudgetRefused(OvermindError):
+    """The server cannot admit the result's entry under its budget (``server/admission.py``); the message says
+    how large it is, the budget, and what to change."""
+
+    has_fix = True  # the message carries its advice
+
+
+def _admission(client, ck: key.CacheKey, result: Any, room: int | None) -> str | None:
+    """Why the server will not admit ``result``'s entry (None: it will, or it cannot be told before writing). Only
+    a result larger than the ``room`` the claim reported is estimated exactly and asked about."""
+    from ..entries import estimate
+
+    try:
+        upper = estimate.upper_bound(result)
+        if upper is None or (room is not None and upper <= room):
+            return None
+        need = estimate.entry_bytes(result)
+        if need is None or need == 0:
+            return None
+        verdict = client.admit(ck.key, need)
+    except Exception as e:  # an older server, or no answer: the publish's own check still holds
+        interrupts.raise_users(e)
+        log.debug("overmind: admission of %s not asked: %s", ck.key[:12], e)
+        return None
+    return None if verdict.get("admitted", True) else str(verdict.get("message") or "refused by the budget")
 
 
 def _short(name: str) -> str:

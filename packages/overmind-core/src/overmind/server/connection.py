@@ -201,6 +201,10 @@ class Connection:
         if out.status == "hit":
             reply["entry"] = out.entry
             reply["fd_entries"] = out.fd_entries
+        elif out.status == "refused":
+            reply["refused"] = out.entry  # why, the sizes and the message (server/admission.py)
+        elif out.status == "claimed" and out.entry:
+            reply["room"] = out.entry["room"]
         return reply, out.fds
 
     def _own_key(self, msg: dict) -> str:
@@ -264,6 +268,14 @@ class Connection:
         found, ids, out_fds = self.store.find_blobs(keys)
         return {"ok": True, "found": [list(f) for f in found], "fd_entries": ids}, out_fds
 
+    def _op_admit(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        # Before a publisher pickles and writes: can an entry of this size be admitted? (server/admission.py)
+        close_fds(fds)
+        need = msg.get("nbytes")
+        if not isinstance(need, int) or isinstance(need, bool) or need < 0:
+            raise BadRequest(f"'nbytes' must be the entry's estimated size in bytes, got {need!r}")
+        return {"ok": True, **self.store.admit(self._own_key(msg), need)}, []
+
     def _op_release(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
         close_fds(fds)
         return {"ok": True, "released": self.store.release(self._own_key(msg), self.conn_id)}, []
@@ -293,7 +305,7 @@ class Connection:
             "runtime_dir": self.server.runtime_dir, "log": self.server.log_file,
             "torch_imported": "torch" in sys.modules, "fds": _open_fds(), "last_lost": self.server.last_lost,
             **{k: stats[k] for k in ("gets", "hits", "bytes_served", "publishes", "evictions", "blobs",
-                                   "files", "file_bytes") if k in stats},
+                                   "files", "file_bytes", "refused_keys") if k in stats},
         }, []
 
     def _op_ls(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:

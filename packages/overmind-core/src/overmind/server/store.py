@@ -29,7 +29,7 @@ import time
 
 from ..errors import OvermindError
 from ..ipc.protocol import FILE_IDENTITY_FIELDS, file_entry_id, file_identity, is_file_entry
-from . import blobs, sealing
+from . import admission, blobs, sealing
 from .log import log
 
 TYPE_CHECKING = False
@@ -140,6 +140,7 @@ class Store:
         self._ids = itertools.count(1)
         self._ticks = itertools.count(1)
         self.blobs = blobs.BlobIndex()  # bytes the entries hold, for a publisher's dedup (overmind.entries.dedup)
+        self.refusals = admission.Refusals()  # keys whose entry is larger than the whole budget
         # For 'overmind status': gets answered, hits among them, bytes those hits mapped (with their deps),
         # entries published, entries evicted (budget or request).
         self.counters = {"gets": 0, "hits": 0, "bytes_served": 0, "publishes": 0, "evictions": 0}
@@ -158,6 +159,9 @@ class Store:
             self.counters["hits"] += 1
             self.counters["bytes_served"] += sum(self._by_id[i].nbytes for i in out.fd_entries)
             return out
+        refused = self.refusals.under(key, self.max_bytes)
+        if refused is not None:  # larger than the whole budget: the caller loads it plainly, without a claim
+            return GetOutcome("refused", refused)
         holder = self._claims.get(key)
         if holder is not None and holder != owner:
             return GetOutcome("busy")
@@ -166,7 +170,9 @@ class Store:
         if not claim:
             return GetOutcome("miss")
         self._claims[key] = owner
-        return GetOutcome("claimed")
+        # the room an entry may take (the budget less what no eviction may free): a publisher whose result is
+        # larger asks admission before it pickles (server/admission.py)
+        return GetOutcome("claimed", {"room": self.max_bytes - self._pinned_bytes(set())})
 
     def hold_for_process(self, key: str, pid: int) -> None:
         """Claim ``key`` for process ``pid`` before it has a connection (the spawner's claim, ``handoff.py``).
@@ -313,7 +319,7 @@ class Store:
                     f"publish refused: dependency entries {missing} are not (or no longer) cached; they "
                     f"were evicted after this entry was written. Load again to rebuild it.",
                 )
-            self._make_room(nbytes, protected=set(self._closure(deps)))
+            self._make_room(nbytes, protected=set(self._closure(deps)), key=key)
             now = time.time()
             entry = Entry(f"{key[:16]}-{self._nonce}-{next(self._ids)}", key, fd, nbytes, meta,
                           list(dict.fromkeys(deps)), created=now, last_used=now, lru=next(self._ticks))
@@ -324,6 +330,7 @@ class Store:
             self._used += nbytes
             self.blobs.add(entry.entry_id, held or [])
             self.counters["publishes"] += 1
+            self.refusals.forget(key)
             self._drop_claim(key)
             log.info("published %s (%d bytes, deps %s); %d/%d bytes used", entry.entry_id, nbytes,
                      entry.deps, self._used, self.max_bytes)
@@ -337,19 +344,36 @@ class Store:
         self._claims.pop(key, None)
         self._changed.add(key)
 
-    def _make_room(self, need: int, protected: set[str]) -> None:
+    def admit(self, key: str, need: int) -> dict[str, Any]:
+        """Whether an entry of ``need`` bytes for ``key`` can be published now (evicting least recently used
+        entries if it must), asked before the publisher pickles and writes it. One larger than the whole budget
+        is remembered as refused for ``key`` (see :mod:`.admission`)."""
+        refusal = self._refusal(key, need, set())
+        return {"admitted": True} if refusal is None else refusal
+
+    def _refusal(self, key: str, need: int, protected: set[str]) -> dict[str, Any] | None:
+        if need > self.max_bytes:
+            if key:
+                self.refusals.remember(key, need, self.max_bytes)
+            return admission.verdict("budget", need, self.max_bytes, self.max_bytes)
+        if self._used + need <= self.max_bytes or self._plan_eviction(need, protected) is not None:
+            return None
+        return admission.verdict("in use", need, self.max_bytes, self.max_bytes - self._pinned_bytes(protected))
+
+    def _pinned_bytes(self, protected: set[str]) -> int:
+        """Bytes of entries no eviction may take now (referenced by another entry, or protected)."""
+        return sum(e.nbytes for e in self._by_id.values()
+                   if not e.is_file and (e.referenced_by or e.entry_id in protected))
+
+    def _make_room(self, need: int, protected: set[str], key: str = "") -> None:
         """Evict least-recently-used unreferenced entries until ``need`` more bytes fit, or refuse."""
         if self._used + need <= self.max_bytes:
             return
         plan = self._plan_eviction(need, protected)
         if plan is None:
-            raise StoreError(
-                "budget",
-                f"publish refused: the entry needs {need} bytes and only "
-                f"{self.max_bytes - self._used} of the {self.max_bytes}-byte budget can be freed without "
-                f"evicting entries in use as dependencies. Raise OVERMIND_MAX_BYTES (then 'overmind stop') "
-                f"or free space: 'overmind ls --sort size' lists the largest, 'overmind evict PREFIX' drops one.",
-            )
+            refusal = self._refusal(key, need, protected) or admission.verdict(
+                "in use", need, self.max_bytes, self.max_bytes - self._pinned_bytes(protected))
+            raise StoreError("budget", f"publish refused: {refusal['message']}.")
         for victim in plan:
             log.info("evicting %s (%d bytes, least recently used) to fit %d bytes", victim.entry_id,
                      victim.nbytes, need)
@@ -474,7 +498,8 @@ class Store:
         files = [e.identity["size"] for e in self._by_id.values() if e.identity is not None]
         return {"entries": len(self._by_id) - len(files), "files": len(files), "file_bytes": sum(files),
                 "bytes": self._used, "max_bytes": self.max_bytes,
-                "claims": len(self._claims), "blobs": len(self.blobs), **self.counters}
+                "claims": len(self._claims), "blobs": len(self.blobs), "refused_keys": len(self.refusals),
+                **self.counters}
 
     def close_all(self) -> None:
         """Close every fd the store holds (server shutdown)."""
