@@ -36,6 +36,8 @@ def test_the_overmind_logger_tells_hits_misses_publishes_evictions_and_fallbacks
     assert any(re.search(r"miss .*build .*the loader ran in \d+\.\d{3} s", m) for m in lines), lines
     assert any(re.search(r"published .*build .* in \d+\.\d{3} s", m) for m in lines), lines
     assert any(re.search(r"hit .*build .*\d+ bytes\) in \d+\.\d{3} s", m) for m in lines), lines
+    # the logger's name says "overmind": a record's message does not say it again ("overmind: overmind: miss")
+    assert lines and not [m for m in lines if m.startswith("overmind:")], lines
     (entry,) = overmind.cache_info().entries
     overmind.evict(entry.key[:8])
     assert any(f"evicted {entry.key[:12]}" in r.getMessage() for r in caplog.records), caplog.records
@@ -46,6 +48,7 @@ def test_the_overmind_logger_tells_hits_misses_publishes_evictions_and_fallbacks
         warnings.simplefilter("ignore")
         overmind.load(build, 12)
     assert any("fallback: the server is unavailable" in r.getMessage() for r in caplog.records), caplog.records
+    assert not [r.getMessage() for r in caplog.records if r.getMessage().startswith("overmind:")]
 
 
 PUBLISH = textwrap.dedent("""

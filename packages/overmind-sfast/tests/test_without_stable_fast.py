@@ -55,5 +55,5 @@ def test_activate_skips_the_adapter_when_stable_fast_is_missing(tmp_path):
     assert got["status"] == "skipped"
     assert got["imported"] is False  # the plugin module is not even imported
     (line,) = got["lines"]
-    assert line.startswith("overmind: adapter sfast skipped") and "stable-fast" in line and ">=1.0.5" in line
+    assert line.startswith("adapter sfast skipped") and "stable-fast" in line and ">=1.0.5" in line
     assert "\n" not in line

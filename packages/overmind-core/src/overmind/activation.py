@@ -29,7 +29,7 @@ log = logger("overmind")
 def activate(strict: bool = False) -> list[str]:
     """Discover the adapters and patch each one now or once its library is imported; the names loaded."""
     if fallback.disabled():
-        log.info("overmind: OVERMIND_DISABLE=1, activate() patches nothing")
+        log.info("OVERMIND_DISABLE=1, activate() patches nothing")
         return []
     with discovery.lock:
         discovery.discover_installed(strict)
@@ -108,7 +108,7 @@ def _fitting(state: AdapterState, targets: list, check) -> list:
 
     unfit = self_check.unfit_targets(targets, check.relies_on)
     if unfit:
-        log.info("overmind: adapter %s leaves unpatched the loaders that do not take what it reads: %s", state.name,
+        log.info("adapter %s leaves unpatched the loaders that do not take what it reads: %s", state.name,
                  "; ".join(unfit.values()))
     return [t for t in targets if t not in unfit]
 
@@ -121,7 +121,7 @@ def _passes_self_check(state: AdapterState, targets: list, check, strict: bool) 
     outcome = state.self_check = adapter_check.run(state.name, targets, check)
     versions = ", ".join(f"{lib} {have} (tested: {tested})" for lib, have, tested in state.untested)
     if outcome.passed:
-        log.info("overmind: adapter %s is active on %s, outside its tested range: its self-check passed (%s)",
+        log.info("adapter %s is active on %s, outside its tested range: its self-check passed (%s)",
                  state.name, versions, outcome.detail)
         return True
     lib, have, tested = state.untested[0]

@@ -415,7 +415,7 @@ def collect(adapter: str, specs: Iterable[Spec | Function]) -> list[PatchTarget]
         try:
             missing = _undefined(spec.where, spec.attr)
             if missing:
-                _log.debug("overmind: %s: %s is not defined in this version (%s); nothing to patch there",
+                _log.debug("%s: %s is not defined in this version (%s); nothing to patch there",
                            label(adapter), name, missing)
                 continue
             root = resolve(spec.where)
@@ -450,7 +450,7 @@ def _function_targets(adapter: str, spec: Function) -> list[PatchTarget]:
         module = importlib.import_module(spec.module)
     except ModuleNotFoundError as e:
         if e.name and (spec.module == e.name or spec.module.startswith(e.name + ".")):
-            _log.debug("overmind: %s: %s is not defined in this version (no module %s); nothing to patch there",
+            _log.debug("%s: %s is not defined in this version (no module %s); nothing to patch there",
                        label(adapter), name, e.name)
             return []
         interrupts.raise_users(e)
@@ -463,7 +463,7 @@ def _function_targets(adapter: str, spec: Function) -> list[PatchTarget]:
              f"cache; upgrade {dist_of(adapter)} or pin {adapter} to a version it supports.")
         return []
     if not hasattr(module, spec.name):
-        _log.debug("overmind: %s: %s is not defined in this version (no %s in %s); nothing to patch there",
+        _log.debug("%s: %s is not defined in this version (no %s in %s); nothing to patch there",
                    label(adapter), name, spec.name, spec.module)
         return []
     func = get_original(module, spec.name)

@@ -68,9 +68,9 @@ def step_aside(message: str, cause: BaseException | None = None, stacklevel: int
         interrupts.raise_users(cause)
     if strict():
         raise CacheBypassed(message) from cause
-    log.info("overmind: fallback: %s", message.removeprefix("overmind: "))
+    log.info("fallback: %s", message.removeprefix("overmind: "))
     if getattr(_local, "depth", 0) and getattr(_local, "warned", False):
-        log.info("%s (this call already warned once)", message)
+        log.info("%s (this call already warned once)", message.removeprefix("overmind: "))
         return
     _local.warned = True
     warn_at_user_line(OvermindWarning(message))
@@ -125,10 +125,10 @@ class LoaderRun:
         ``cause`` itself where it is the user's signal handler's exception)."""
         interrupts.raise_users(cause)
         if getattr(cause, "by_design", False):  # the adapter never caches such a result: a log line, no warning
-            log.info("overmind: not caching %s: %s", name, str(cause).removeprefix("overmind: "))
+            log.info("not caching %s: %s", name, str(cause).removeprefix("overmind: "))
             return
         if type(cause) in self._inner and not strict():
-            log.debug("overmind: not caching %s either: %s", name, cause)
+            log.debug("not caching %s either: %s", name, cause)
             return
         self._causes.add(type(cause))
         if isinstance(cause, ServerUnavailable):  # the server this load started for its publish did not come up

@@ -251,7 +251,7 @@ def evict(*prefixes: str, all: bool = False, dry_run: bool = False, with_deps: b
                                                                           for t in info.entries}))):
             out = client.evict(e.key)
             for key in out["evicted"]:
-                log.info("overmind: evicted %s (%s, %d bytes) on request", key[:12], e.loader, e.nbytes)
+                log.info("evicted %s (%s, %d bytes) on request", key[:12], e.loader, e.nbytes)
             evicted += out["evicted"]
             refused += [dict(r, reason=_blocked_by(e.referenced_by, by_id, going)) if "referenced" in r["reason"]
                         else r for r in out["refused"]]

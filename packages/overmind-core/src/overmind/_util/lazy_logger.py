@@ -6,7 +6,7 @@ imported it. The modules activation imports hold one of these instead of a :clas
 record goes to the same named logger, so handlers, levels and ``caplog`` see no difference.
 
 >>> log = logger("overmind")
->>> log.info("overmind: %s", "imports logging now")
+>>> log.info("%s", "imports logging now")
 """
 from __future__ import annotations
 

@@ -108,7 +108,7 @@ def _report(state: AdapterState, strict: bool) -> None:
 
         warn_at_user_line(OvermindWarning(state.reason))
     elif state.status == "skipped":
-        log.info("%s", state.reason)
+        log.info("%s", state.reason.removeprefix("overmind: "))
 
 
 def _refusal(name: str, hook: str, option: str) -> AdapterError:

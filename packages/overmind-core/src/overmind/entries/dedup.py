@@ -126,7 +126,7 @@ def plan(storages: list[tuple[torch.UntypedStorage, int]],
         out.result.seconds = time.perf_counter() - t0
     r = out.result
     if r.keyed:
-        log.debug("overmind: dedup keyed %d bytes, compared %d, found %d already held, in %.3f s", r.keyed,
+        log.debug("dedup keyed %d bytes, compared %d, found %d already held, in %.3f s", r.keyed,
                   r.compared, r.saved, r.seconds)
     return r
 
@@ -188,7 +188,7 @@ class _Planner:
                         candidates.setdefault(batch[i], []).append((eid, offset))
         except Exception as exc:  # noqa: BLE001 - no dedup is always a correct answer
             interrupts.raise_users(exc)
-            log.debug("overmind: dedup lookup failed (%s: %s); every storage is written", type(exc).__name__, exc)
+            log.debug("dedup lookup failed (%s: %s); every storage is written", type(exc).__name__, exc)
         return candidates, fds
 
     def _match(self, keyed, keys, candidates, fds) -> dict[int, tuple[str | None, int]]:

@@ -190,4 +190,4 @@ def _remember(path: str, outcome: Outcome) -> None:
             json.dump({"passed": outcome.passed, "detail": outcome.detail}, f)
         os.replace(tmp, path)
     except OSError as e:
-        log.debug("overmind: could not remember the self-check in %s: %s", path, e)
+        log.debug("could not remember the self-check in %s: %s", path, e)

@@ -65,7 +65,7 @@ def _load(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
             extra = hooks.key_parts(loader, arguments)
             cache_key = key.make_key(loader, arguments, extra, _value_hook)
     except key.Unkeyable as e:
-        log.debug("overmind: not caching %r: %s", fn, e)
+        log.debug("not caching %r: %s", fn, e)
         return fn(*args, **kwargs)
     except Exception as e:
         interrupts.raise_users(e)
@@ -139,7 +139,7 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
             names = [str(n) for n in meta[vary_mod.MARKER]]
             variant_key = vary_mod.variant_key(ck.key, names)
             if variant_key is None:
-                log.debug("overmind: not serving %s: %s", loader.name, _CODE_CHANGED)
+                log.debug("not serving %s: %s", loader.name, _CODE_CHANGED)
                 return fn(*args, **kwargs)
             variant = key.CacheKey(variant_key, ck.summary, ck.ambient, ck.described)
             return _cached_call(loader, variant, args, kwargs, recheck, arguments, vary=names)
@@ -148,7 +148,7 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
             warned = loader_warnings.Replay(meta.get("warnings"), call_frame)
             logged = loader_logs.Replay(meta.get("logs"))
             other_logging = logged.differs()  # after the rebuild: the libraries it imports have set their loggers
-            log.info("overmind: hit %s (entry %s, %d bytes) in %.3f s", loader.name, ck.key[:12],
+            log.info("hit %s (entry %s, %d bytes) in %.3f s", loader.name, ck.key[:12],
                      res.entry.get("nbytes", 0), time.perf_counter() - t0)
         except arguments_ref.ArgumentMismatch as e:
             # This call's objects do not fit where the entry holds arguments: the entry is sound, the call is not
@@ -169,7 +169,7 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
             return fn(*args, **kwargs)
         if other_logging is not None:  # the loader would not have logged what the entry holds: plain call
             del obj
-            log.debug("overmind: not serving entry %s of %s: %s", ck.key[:12], loader.name, other_logging)
+            log.debug("not serving entry %s of %s: %s", ck.key[:12], loader.name, other_logging)
             return fn(*args, **kwargs)
         after = meta.get(randomness.AFTER)
         if after:  # the generators where the plain call leaves them
@@ -227,11 +227,11 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
                 load_arena.close()
         run.finished()
         t1 = time.perf_counter()
-        log.info("overmind: miss %s (entry %s): the loader ran in %.3f s", loader.name, ck.key[:12], t1 - t0)
+        log.info("miss %s (entry %s): the loader ran in %.3f s", loader.name, ck.key[:12], t1 - t0)
         unsure = warned.unsure or logged.unsure
         if unsure is not None:  # a hit could not warn or log as this call did: not cached (slow, never wrong)
             _release(client, ck.key)
-            log.debug("overmind: not caching %s: %s", loader.name, unsure)
+            log.debug("not caching %s: %s", loader.name, unsure)
             return result
         drew = randomness.movement(generators)
         code, code_refusal = code_deps.dependencies(fn, modules_before, call_start_ns)
@@ -239,7 +239,7 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
         unvaried = code_refusal or _unvaried(drew, names, vary)
         if unvaried is not None:  # no entry can say what this result came from: not cached
             _release(client, ck.key)
-            log.debug("overmind: not caching %s: %s", loader.name, unvaried)
+            log.debug("not caching %s: %s", loader.name, unvaried)
             return result
         target = ck
         after = {randomness.AFTER: randomness.encode_after(drew.names)} if drew.names else None
@@ -247,7 +247,7 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
             variant_key = vary_mod.variant_key(ck.key, names, generators)
             if variant_key is None:
                 _release(client, ck.key)
-                log.debug("overmind: not caching %s: %s", loader.name, _CODE_CHANGED)
+                log.debug("not caching %s: %s", loader.name, _CODE_CHANGED)
                 return result
             target = key.CacheKey(variant_key, ck.summary, ck.ambient, ck.described)
         refusal = _admission(client, target, result, room)
@@ -260,12 +260,12 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
                               logged.for_entry(), after)
             if target is not ck:  # the call's key names what its variants vary with
                 _publish_marker(client, loader, ck, names)
-            log.info("overmind: published %s (entry %s%s) in %.3f s", loader.name, ck.key[:12],
+            log.info("published %s (entry %s%s) in %.3f s", loader.name, ck.key[:12],
                      f", a variant by {', '.join(_short(n) for n in names)}" if names else "",
                      time.perf_counter() - t1)
         except (KeyChanged, codec.UnexpectedMeta) as e:  # the result is not what the key describes: not cached
             _release(client, ck.key)
-            log.info("overmind: not caching %s: %s", loader.name, e)
+            log.info("not caching %s: %s", loader.name, e)
             return result
         except Exception as e:
             interrupts.raise_users(e)
@@ -303,7 +303,7 @@ def _admission(client, ck: key.CacheKey, result: Any, room: int | None) -> str |
         verdict = client.admit(ck.key, need)
     except Exception as e:  # an older server, or no answer: the publish's own check still holds
         interrupts.raise_users(e)
-        log.debug("overmind: admission of %s not asked: %s", ck.key[:12], e)
+        log.debug("admission of %s not asked: %s", ck.key[:12], e)
         return None
     return None if verdict.get("admitted", True) else str(verdict.get("message") or "refused by the budget")
 
@@ -339,7 +339,7 @@ def _release(client, cache_key: str) -> None:
         client.release(cache_key)
     except Exception as e:  # the server is gone: the claim went with the connection
         interrupts.raise_users(e)
-        log.debug("overmind: release of %s failed: %s", cache_key[:12], e)
+        log.debug("release of %s failed: %s", cache_key[:12], e)
 
 
 class KeyChanged(OvermindError):

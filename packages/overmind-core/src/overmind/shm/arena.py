@@ -79,7 +79,7 @@ def open_arena(threshold: int | None = None) -> Arena | None:
         return Arena(ext, ext.arena_open(THRESHOLD if threshold is None else threshold))
     except Exception as exc:  # noqa: BLE001 - no arena is always a correct answer: the storages are copied
         interrupts.raise_users(exc)
-        log.debug("overmind: no load arena (%s: %s); storages are copied", type(exc).__name__, exc)
+        log.debug("no load arena (%s: %s); storages are copied", type(exc).__name__, exc)
         return None
 
 
@@ -104,7 +104,7 @@ class Arena:
             live = self._ext.arena_close(self._handle)
         except Exception as exc:  # noqa: BLE001
             interrupts.raise_users(exc)
-            log.debug("overmind: closing the load arena failed (%s: %s); its storages are copied",
+            log.debug("closing the load arena failed (%s: %s); its storages are copied",
                       type(exc).__name__, exc)
             return
         self.ranges = {address: (size, offset) for address, size, offset in live}

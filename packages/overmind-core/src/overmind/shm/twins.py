@@ -234,4 +234,4 @@ def _sweep() -> None:
 def _log_refusal(reason: str) -> None:
     if reason not in _refusals_logged:
         _refusals_logged.add(reason)
-        log.info("overmind: copies to the GPU from cached weights stay pageable: %s", reason)
+        log.info("copies to the GPU from cached weights stay pageable: %s", reason)
