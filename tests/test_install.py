@@ -96,16 +96,25 @@ def test_a_fresh_venv_installed_as_the_readme_says_serves_a_cached_load(tmp_path
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     env = {**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(venv)}
     env.pop("PYTHONPATH", None)
+    # The wheelhouse goes outside the checkout (tests leave nothing there): the README's dist/, kept between runs
+    # in the user's cache so that its downloads are made once.
+    dist = os.environ.get("OVERMIND_TEST_WHEELHOUSE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "overmind", "test-wheelhouse")
+    had_dist = (ROOT / "dist").exists()
     for line in lines:
         argv = shlex.split(line)
         line_env = env
         if argv[0] == "pip":
             argv = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q", *argv[1:]]
+            argv = [dist if a == "dist" and argv[i - 1] == "--find-links" else a for i, a in enumerate(argv)]
+            assert dist in argv, f"the README's pip line installs from dist/: {line}"
         else:  # the wheels are built with this venv (torch pinned as scripts/wheelhouse pins it), reusing the
             # objects of its overmind.native._C (~150 s of CPU less than a build venv of its own: the suite's longest test)
-            line_env = {**env, "BUILD_PYTHON": sys.executable}
+            line_env = {**env, "BUILD_PYTHON": sys.executable, "DIST": dist}
         out = subprocess.run(argv, cwd=ROOT, env=line_env, capture_output=True, text=True, timeout=1500)
         assert out.returncode == 0, (line, out.stdout[-3000:], out.stderr[-5000:])
+
+    assert had_dist or not (ROOT / "dist").exists(), "the test left a dist/ folder in the checkout"
 
     model_dir = tmp_path / "tiny-bert"
     load = textwrap.dedent(f"""

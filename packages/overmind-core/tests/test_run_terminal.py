@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
+import re
 import signal
 import subprocess
 import termios
@@ -228,3 +229,29 @@ def test_a_run_that_is_killed_takes_its_program_with_it(rt, tmp_path):
     proc.kill()
     proc.wait(timeout=60)
     rs.wait_for(lambda: rs.gone(child) and rs.gone(grandchild), what="the program and its process group to die")
+
+
+def test_the_run_that_starts_the_template_says_so_once_on_a_terminal(tmp_path):
+    """Starting a template takes seconds (it imports torch and the libraries): the first ``run`` on a terminal
+    says what it is doing and how long it took; later runs, and any run whose stderr is not a terminal, say
+    nothing of it."""
+    script = rs.write(str(tmp_path), "prog.py", """
+        print("END", flush=True)
+    """)
+    with rs.shared_runtime() as fresh:
+        piped = rs.run([script], fresh)  # stderr a pipe: a template starts, silently
+        assert piped.returncode == 0 and piped.stdout == "END\n" and piped.stderr == "", piped.stderr
+    with rs.shared_runtime() as fresh:
+        said = []
+        for _ in range(2):
+            proc, master = _in_pty([script], fresh)
+            try:
+                said.append(_read_until(master, b"END").decode())
+                assert proc.wait(timeout=120) == 0
+            finally:
+                os.close(master)
+    first, second = said
+    assert re.search(r"overmind run: starting a template that imports \S.* \(once; later runs fork from it", first), first
+    assert re.search(r"overmind run: template ready in \d+\.\d s\r?\n", first), first
+    assert first.index("template ready") < first.index("END")
+    assert "overmind run" not in second, second

@@ -21,6 +21,7 @@ import os
 import resource
 import signal
 import sys
+import time
 
 from ..errors import OvermindError
 
@@ -126,8 +127,12 @@ def _start(program: dict, inherited: dict, runtime_dir: str | None):
             if info is None:
                 from ..ipc import runtime
 
+                said = _say_starting(entries)
+                started = time.monotonic()
                 info = registry.spawn(runtime.runtime_dir(runtime_dir), entries, envkey.interpreter_options(),
                                       environ, timeout)
+                if said:
+                    _say(f"template ready in {time.monotonic() - started:.1f} s")
                 if info.get("base") != base_id:
                     raise Fallback(f"the template started for this interpreter has another key than this process "
                                    f"({info.get('base')} vs {base_id}): its sys.path or packages differ")
@@ -364,6 +369,32 @@ def inherited_descriptors() -> list[int]:
         except OSError:
             continue  # the listing's own descriptor, closed by now
     return sorted(found)
+
+
+def _say_starting(entries: list) -> bool:
+    """On a terminal, say once that a template is being started, what it imports, and that it is a first run's
+    cost (starting one takes seconds: torch, diffusers, transformers). Elsewhere (a pipe, a log) say nothing."""
+    try:
+        if not os.isatty(2):
+            return False
+    except OSError:
+        return False
+    from .preload import DEFAULT
+
+    names = list(dict.fromkeys("torch and the adapters' libraries" if e == DEFAULT else e.partition(":")[0]
+                               for e in entries))
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    _say(f"starting a template that imports {shown or 'nothing'} (once; later runs fork from it in a fraction "
+         f"of a second) ...")
+    return True
+
+
+def _say(message: str) -> None:
+    try:
+        sys.stderr.write(f"overmind run: {message}\n")
+        sys.stderr.flush()
+    except Exception:
+        pass
 
 
 def _warn(message: str) -> None:
