@@ -80,11 +80,24 @@ def test_extras_install_their_libraries_and_the_readme_names_their_ranges():
     for name, pyproject in adapter_pyprojects().items():
         spelled = pyproject.get("tool", {}).get("overmind", {}).get("extra", [f"overmind-{name}[instruments]"])
         assert sorted(extras[name]) == sorted(f"{r}=={overmind.__version__}" for r in spelled), extras[name]
-        if f"overmind-{name}[instruments]" not in spelled:
+        own = [r for r in spelled if r.startswith(f"overmind-{name}[")]
+        if not own:
             continue  # the adapter alone (stable-fast has no wheel on the index)
-        assert f"overmind-{name}[instruments]=={overmind.__version__}" in extras[name], extras[name]
+        assert "instruments" in own[0].split("[")[1].rstrip("]").split(","), own
+        assert f"{own[0]}=={overmind.__version__}" in extras[name], extras[name]
         for req in pyproject["project"]["optional-dependencies"]["instruments"]:
             assert re.sub(r"\s+", "", req) in readme, f"README does not say {req}"
+
+
+def test_the_diffusers_extra_installs_accelerate():
+    """diffusers loads with low_cpu_mem_usage only with accelerate; it does not require it, so the extra does."""
+    from importlib import metadata
+
+    extras = _extras()
+    assert any(r.startswith("overmind-diffusers[") and "companions" in r for r in extras["diffusers"])
+    companions = [line.split(";")[0].replace(" ", "") for line in metadata.requires("overmind-diffusers") or []
+                  if re.search(r"extra\s*==\s*['\"]companions['\"]", line)]
+    assert companions == ["accelerate>=1.15"], companions
 
 
 @pytest.mark.long(370)  # seconds on a CI machine: conftest.py runs it early
