@@ -41,10 +41,22 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "--durations list); its file runs first, the longest first")
     config.addinivalue_line("markers", "gpu: needs a CUDA device; skipped without one (run them with pytest -m gpu "
                                        "on a GPU machine, or benchmarks/gpu/run_all.sh)")
+    _hypothesis_outside_the_checkout()
     stale = _stale_test_plugins()
     if stale:
         raise pytest.UsageError(f"the test-only adapters in {TEST_PLUGINS_DIR} are missing or older than their "
                                 f"sources ({stale}): run scripts/setup")
+
+
+def _hypothesis_outside_the_checkout() -> None:
+    """Hypothesis keeps its files (the examples that failed, to try them first next time; its caches) in the
+    user's cache, not in a .hypothesis/ folder of the checkout: tests leave nothing there."""
+    try:
+        from hypothesis.configuration import set_hypothesis_home_dir
+    except ImportError:
+        return
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    set_hypothesis_home_dir(os.path.join(base, "overmind", "hypothesis"))
 
 
 def pytest_report_header(config: pytest.Config) -> str:
