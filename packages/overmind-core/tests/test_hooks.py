@@ -67,6 +67,11 @@ class Recorder:
         return {}
 
     @overmind.hookimpl
+    def overmind_self_check(self):
+        self._saw("overmind_self_check")
+        return None
+
+    @overmind.hookimpl
     def overmind_prepare_result(self, result, loader):
         self._saw("overmind_prepare_result")
         return contextlib.nullcontext()

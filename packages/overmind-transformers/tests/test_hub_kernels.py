@@ -38,7 +38,10 @@ def test_a_model_whose_layers_run_hub_kernels_is_refused_and_names_them():
     model = torch.nn.Sequential(Norm(), Norm())
     model.use_kernels = True
     assert hub_kernels.refusal(model) is None  # kernelize fell back: nothing replaced
-    model[1].forward = types.MethodType(lambda self, x: x * 2, model[1])
+    model[0].forward = types.MethodType(lambda self, x: x * 3, model[0])  # accelerate's hooks do this too
+    assert hub_kernels.refusal(model) is None
+    model[1].forward = types.MethodType(lambda self, x: x * 2, model[1])  # what kernelize does with a Hub kernel
+    model[1]._kernel_repo = "kernels-community/rmsnorm"
     why = hub_kernels.refusal(model)
     assert why.startswith("its layers run Hub kernels (1)") and "use_kernels=False" in why
     model.use_kernels = False

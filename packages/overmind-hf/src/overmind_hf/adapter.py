@@ -26,6 +26,7 @@ in ``sys.modules`` and never import it.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 from types import ModuleType
@@ -51,7 +52,7 @@ from .arguments import PATH_NAMES
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, ContextManager, Mapping
+    from typing import Any, ContextManager, Iterator, Mapping
 
 
 class HubAdapter:
@@ -140,8 +141,8 @@ class HubAdapter:
             return None
         refuse = getattr(self._plugin, "refusal", None)
         why = refuse(result) if refuse is not None else None
-        if why:
-            raise NotCachedByDesign(f"{label(self._adapter)}: {loader.name} returned a model not cached: {why}")
+        if why:  # raised as the context is entered, as dispatch.guard's refusals are: a refusal, not a fault
+            return _refusing(f"{label(self._adapter)}: {loader.name} returned a model not cached: {why}")
         return dispatch.guard(self._adapter, result, loader)
 
     @hookimpl
@@ -159,3 +160,10 @@ class HubAdapter:
         from . import dynamic_modules
 
         dynamic_modules.register(metadata.get(self._plugin.DYNAMIC_MODULES) or ())
+
+
+@contextlib.contextmanager
+def _refusing(message: str) -> Iterator[None]:
+    """A context that refuses the result by design as it is entered (logged at INFO, never warned)."""
+    raise NotCachedByDesign(message)
+    yield  # a generator: the refusal happens on entering

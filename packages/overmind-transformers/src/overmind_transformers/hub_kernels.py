@@ -36,8 +36,9 @@ def refusal(result: Any) -> str | None:
     named = getattr(result, "named_modules", None)
     if named is None or not getattr(result, "use_kernels", False):
         return None
-    replaced = [name or type(m).__name__ for name, m in named()
-                if hasattr(type(m), "kernel_layer_name") and "forward" in vars(m)]
+    # kernelize marks a layer whose forward it replaced with a Hub kernel by its repository (``_kernel_repo``);
+    # a layer left on its own forward (no kernel for this device, or none could be fetched) has none
+    replaced = [name or type(m).__name__ for name, m in named() if vars(m).get("_kernel_repo") is not None]
     if not replaced:
         return None
     shown = ", ".join(replaced[:3]) + (f" and {len(replaced) - 3} more" if len(replaced) > 3 else "")

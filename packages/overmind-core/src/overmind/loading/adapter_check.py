@@ -97,8 +97,8 @@ def _remembered_round_trip(adapter: str, check: SelfCheck) -> Outcome:
             with open(path) as f:
                 memo = json.load(f)
             return Outcome(bool(memo["passed"]), memo["detail"] + " (remembered)")
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+        except (OSError, ValueError, KeyError, TypeError) as e:  # none yet, or unreadable: check again
+            interrupts.raise_users(e)
     outcome = round_trip(adapter, check)
     if path is not None:
         _remember(path, outcome)
@@ -190,4 +190,5 @@ def _remember(path: str, outcome: Outcome) -> None:
             json.dump({"passed": outcome.passed, "detail": outcome.detail}, f)
         os.replace(tmp, path)
     except OSError as e:
+        interrupts.raise_users(e)
         log.debug("could not remember the self-check in %s: %s", path, e)

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 
+from ..errors import OvermindError
 from . import extension
 
 _COMPILE = '''
@@ -27,7 +28,7 @@ load(name="_C", sources=sources, extra_include_paths=[include], extra_cflags=["-
 '''
 
 
-class BuildFailed(Exception):
+class BuildFailed(OvermindError):
     """The compile failed; the message holds the compiler's last lines and what to check."""
 
 

@@ -49,7 +49,8 @@ def built_file(release: str | None = None) -> str | None:
     folder = cache_dir(release)
     try:
         names = sorted(n for n in os.listdir(folder) if n.startswith("_C") and n.endswith(".so"))
-    except OSError:
+    except OSError as e:  # none built
+        interrupts.raise_users(e)
         return None
     return os.path.join(folder, names[0]) if names else None
 
