@@ -213,8 +213,8 @@ def _print_status(st: dict[str, Any]) -> None:
         *([("hits", f"{st['hits']} of {st['gets']} gets ({_percent(st['hits'], st['gets'])}), "
                     f"{human_bytes(st.get('bytes_served', 0))} served; {st.get('publishes', 0)} published, "
                     f"{st.get('evictions', 0)} evicted")] if "gets" in st else []),
-        *([("refused", f"{st['refused_keys']} key(s) whose entry is larger than the whole budget: loaded plainly "
-                       f"(raise OVERMIND_MAX_BYTES to cache them)")] if st.get("refused_keys") else []),
+        *([("refused", f"{st['refused_keys']} key{'s' if st['refused_keys'] != 1 else ''} larger than the budget, "
+                       f"loaded plainly (OVERMIND_MAX_BYTES)")] if st.get("refused_keys") else []),
         # The status request itself is one of the connections; don't count it as a client.
         ("clients", f"{max(0, st['clients'] - 1)} connected, {st.get('claims', 0)} loading, "
                     f"{st.get('waiting', 0)} waiting"),

@@ -253,7 +253,8 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
         refusal = _admission(client, target, result, room)
         if refusal is not None:  # the entry cannot be admitted: known before anything is pickled or written
             _release(client, ck.key)
-            run.not_cached(loader.name, BudgetRefused(refusal))
+            fallback.step_aside(f"overmind: not caching {loader.name}: {refusal}; returned the plain result.",
+                                BudgetRefused(refusal))
             return result
         try:
             rebuilt = publish(client, loader, target, result, arguments, recheck, load_arena, warned.records,
