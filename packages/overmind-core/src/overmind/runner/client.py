@@ -390,6 +390,7 @@ def _say_starting(entries: list) -> bool:
 
 
 def _say(message: str) -> None:
+    """One line on stderr, as ``overmind run``'s own; a stderr that cannot take it is left as it is."""
     try:
         sys.stderr.write(f"overmind run: {message}\n")
         sys.stderr.flush()
@@ -398,8 +399,4 @@ def _say(message: str) -> None:
 
 
 def _warn(message: str) -> None:
-    try:
-        sys.stderr.write(f"overmind run: {message}; running the program with plain python instead.\n")
-        sys.stderr.flush()
-    except Exception:
-        pass
+    _say(f"{message}; running the program with plain python instead")
