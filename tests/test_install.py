@@ -60,12 +60,19 @@ def test_license_file_and_spdx_strings():
         assert (path.parent / "LICENSE").read_text() == (ROOT / "LICENSE").read_text(), path
 
 
-def _extras() -> dict[str, list[str]]:
-    """The metapackage's extras as installed (its metadata: setup.py finds one per adapter of packages/)."""
+def _installed(name: str):
+    """The distribution ``name`` as the venv installed it (its site-packages metadata), not an ``.egg-info`` folder
+    of the checkout that a wheel build in progress rewrites (the working directory is on ``sys.path``)."""
+    import site
     from importlib import metadata
 
+    return next(metadata.distributions(name=name, path=site.getsitepackages()))
+
+
+def _extras() -> dict[str, list[str]]:
+    """The metapackage's extras as installed (its metadata: setup.py finds one per adapter of packages/)."""
     extras: dict[str, list[str]] = {}
-    for line in metadata.requires("overmind") or []:
+    for line in _installed("overmind").requires or []:
         req, _, marker = line.partition(";")
         found = re.search(r"extra\s*==\s*['\"]([\w-]+)['\"]", marker)
         if found:
@@ -91,11 +98,9 @@ def test_extras_install_their_libraries_and_the_readme_names_their_ranges():
 
 def test_the_diffusers_extra_installs_accelerate():
     """diffusers loads with low_cpu_mem_usage only with accelerate; it does not require it, so the extra does."""
-    from importlib import metadata
-
     extras = _extras()
     assert any(r.startswith("overmind-diffusers[") and "companions" in r for r in extras["diffusers"])
-    companions = [line.split(";")[0].replace(" ", "") for line in metadata.requires("overmind-diffusers") or []
+    companions = [line.split(";")[0].replace(" ", "") for line in _installed("overmind-diffusers").requires or []
                   if re.search(r"extra\s*==\s*['\"]companions['\"]", line)]
     assert companions == ["accelerate>=1.15"], companions
 

@@ -44,7 +44,7 @@ def test_an_entry_larger_than_the_budget_is_refused_once_and_loaded_plainly_afte
         assert (run["publishes"], run["entries"], run["refused_keys"]) == (0, 0, 1)
         [warning] = run["warnings"]
         assert warning.startswith("OvermindWarning: overmind: ")
-        assert "its entry needs 4.0 MiB and the whole budget is 1.0 MiB (OVERMIND_MAX_BYTES)" in warning
+        assert "its entry needs 4.0 MiB and the whole budget is 1.0 MiB: the server remembers this key" in warning
         assert "set OVERMIND_MAX_BYTES above 4.0 MiB and restart the server ('overmind stop')" in warning
     assert first["warnings"][0].endswith("; returned the plain result.") and "; loaded plainly." in second["warnings"][0]
     assert not log.exists(), "the result was never pickled: refused before the work, in both processes"

@@ -101,7 +101,7 @@ def test_admission_answers_before_a_publish_and_remembers_an_entry_larger_than_t
     assert "set OVERMIND_MAX_BYTES above 41.0 KiB and restart the server ('overmind stop')" in verdict["message"]
     client.release("huge")
     refused = client.get("huge")  # every later get of that key: plain, no claim
-    assert refused.status == "refused" and refused.entry["need"] == 41 * K
+    assert refused.status == "refused" and refused.refusal["need"] == 41 * K and refused.entry is None
     assert client.status()["refused_keys"] == 1
     assert client.admit("fits", 39 * K) == {"admitted": True}
     assert client.get("fits").status == "claimed"  # a key that fits is claimed as ever
@@ -120,7 +120,8 @@ def test_an_entry_its_own_dependencies_leave_no_room_for_is_refused_for_now_in_h
 
 
 def test_a_claim_reports_the_room_an_entry_may_take(client, sealed_memfd):
-    assert client.get("a").entry == {"room": 40 * K}
+    claimed = client.get("a")
+    assert (claimed.room, claimed.entry) == (40 * K, None)
     base = client.publish("base", sealed_memfd(b"0" * 16 * K))
     client.publish("user", sealed_memfd(b"1" * 16 * K), deps=[base])
-    assert client.get("b").entry == {"room": 24 * K}
+    assert client.get("b").room == 24 * K

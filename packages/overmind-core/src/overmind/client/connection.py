@@ -57,13 +57,15 @@ class GetResult:
 
     On a hit, ``entry`` is ``{entry_id, key, nbytes, meta, deps}`` and ``fds`` maps the entry's id and the
     ids of every entry it transitively depends on to open fds that the caller owns and must close. When
-    ``refused`` (the key's entry is larger than the whole budget), ``entry`` is the refusal, with its ``message``;
-    when ``claimed``, ``{"room": bytes}``, what an entry may take before the publisher must ask ``admit``.
+    ``refused`` (the key's entry is larger than the whole budget), ``refusal`` says why, with its ``message``;
+    when ``claimed``, ``room`` is what an entry may take before the publisher must ask ``admit``.
     """
 
     status: str
     entry: dict[str, Any] | None = None
     fds: dict[str, int] = field(default_factory=dict)
+    room: int | None = None  # claimed: the bytes an entry may take before its publisher must ask ``admit``
+    refusal: dict[str, Any] | None = None  # refused: why, the sizes and the message (server/admission.py)
 
     def close(self) -> None:
         """Close every fd of this result (when the caller does not keep them)."""
@@ -106,8 +108,7 @@ class Client:
                 reply, fds = self._get_once(key, claim, wait_s)
             if reply["status"] != "hit":
                 close_fds(fds)
-                extra = reply.get("refused") or ({"room": reply["room"]} if "room" in reply else None)
-                return GetResult(reply["status"], extra)
+                return GetResult(reply["status"], room=reply.get("room"), refusal=reply.get("refused"))
             return GetResult("hit", reply["entry"], self._pair(reply.get("fd_entries", []), fds))
         except (ReplyTimeout, *_BROKEN):
             close_fds(fds)

@@ -179,7 +179,7 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         warned.issue(between=logged.emit)
         return obj
     if res.status == "refused":  # larger than the whole budget, found by an earlier load: plain, at plain speed
-        fallback.step_aside(f"overmind: not caching {loader.name}: {(res.entry or {}).get('message', 'refused')}; "
+        fallback.step_aside(f"overmind: not caching {loader.name}: {(res.refusal or {}).get('message', 'refused')}; "
                             f"loaded plainly.", BudgetRefused())
         return fn(*args, **kwargs)
     if res.status != "claimed":
@@ -189,7 +189,7 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         return fn(*args, **kwargs)
 
     try:
-        room = (res.entry or {}).get("room")  # None: this process started the server (it holds nothing yet)
+        room = res.room  # None: this process started the server (it holds nothing yet)
         return _load_claimed(client, loader, ck, args, kwargs, recheck, arguments, stack, call_frame, vary, room)
     except BaseException:
         # The loader raised, or Ctrl-C / a signal handler's exception arrived anywhere while this call held the

@@ -11,8 +11,6 @@ not remembered: a later load may find the room.
 """
 from __future__ import annotations
 
-from .._util.humanize import human_bytes
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -53,11 +51,12 @@ def verdict(why: str, need: int, budget: int, can_free: int) -> dict[str, Any]:
 
 def message(why: str, need: int, budget: int, can_free: int) -> str:
     """What the user reads, with the advice that fits the case."""
+    from .._util.humanize import human_bytes  # late: its typing import would cost every server's start
+
     if why == "budget":
-        return (f"its entry needs {human_bytes(need)} and the whole budget is {human_bytes(budget)} "
-                f"(OVERMIND_MAX_BYTES): the server remembers this key, and every process loads it plainly until "
-                f"the budget changes. To cache it, set OVERMIND_MAX_BYTES above {human_bytes(need)} and restart "
-                f"the server ('overmind stop')")
+        return (f"its entry needs {human_bytes(need)} and the whole budget is {human_bytes(budget)}: the server "
+                f"remembers this key, and every process loads it plainly until the budget changes. To cache it, "
+                f"set OVERMIND_MAX_BYTES above {human_bytes(need)} and restart the server ('overmind stop')")
     return (f"its entry needs {human_bytes(need)} and only {human_bytes(can_free)} of the {human_bytes(budget)} "
             f"budget can be freed now (the rest holds entries that others reference). Free space ('overmind ls "
             f"--sort size' lists the largest, 'overmind evict PREFIX' drops one) or raise OVERMIND_MAX_BYTES")
