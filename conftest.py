@@ -50,13 +50,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _hypothesis_outside_the_checkout() -> None:
     """Hypothesis keeps its files (the examples that failed, to try them first next time; its caches) in the
-    user's cache, not in a .hypothesis/ folder of the checkout: tests leave nothing there."""
+    user's cache, not in a .hypothesis/ folder of the checkout: tests leave nothing there. The variable reaches
+    the processes the tests start too."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    home = os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", os.path.join(base, "overmind", "hypothesis"))
     try:
         from hypothesis.configuration import set_hypothesis_home_dir
     except ImportError:
         return
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    set_hypothesis_home_dir(os.path.join(base, "overmind", "hypothesis"))
+    set_hypothesis_home_dir(home)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
