@@ -82,8 +82,7 @@ def _patch_all(state: AdapterState, targets: list) -> list:
 def _apply_adapter(state: AdapterState, strict: bool) -> None:
     try:
         targets = hooks.patch_targets(state.name)
-        checks = hooks.self_check(state.name)
-        check = checks[0] if checks else None
+        check = hooks.self_check(state.name)
         if state.untested and not _passes_self_check(state, targets, check, strict):
             return
         applied = _patch_all(state, _fitting(state, targets, check))
@@ -106,11 +105,11 @@ def _fitting(state: AdapterState, targets: list, check) -> list:
         return targets
     from .adapters import self_check
 
-    unfit = self_check.unfit_targets(targets, check.relies_on)
+    targets, unfit = self_check.fit(targets, check)
     if unfit:
         log.info("adapter %s leaves unpatched the loaders that do not take what it reads: %s", state.name,
                  "; ".join(unfit.values()))
-    return [t for t in targets if t not in unfit]
+    return targets
 
 
 def _passes_self_check(state: AdapterState, targets: list, check, strict: bool) -> bool:
@@ -166,8 +165,7 @@ def _patch_more(state: AdapterState) -> None:
     done = {(id(t.owner), t.name) for t in state.targets}
     try:
         new = [t for t in hooks.patch_targets(state.name) if (id(t.owner), t.name) not in done]
-        checks = hooks.self_check(state.name)
-        applied = _patch_all(state, _fitting(state, new, checks[0] if checks else None))
+        applied = _patch_all(state, _fitting(state, new, hooks.self_check(state.name)))
     except Exception as e:
         interrupts.raise_users(e)
         fallback.warn_at_user_line(OvermindWarning(_patch_failure(state, e)))

@@ -238,14 +238,10 @@ def _adapter_targets(name: str) -> list:
         raise AssertionError(f"adapter {name!r} is not loaded{why}")
     for module in hooks.patch_later(name):  # the lazy targets too: a check must see every target
         importlib.import_module(module)
-    targets = hooks.patch_targets(name)
-    checks = hooks.self_check(name)  # less the loaders activation leaves plain (they do not take what it reads)
-    if checks and checks[0].relies_on:
-        from .adapters import self_check
+    from .adapters import self_check
 
-        unfit = self_check.unfit_targets(targets, checks[0].relies_on)
-        targets = [t for t in targets if t not in unfit]
-    return targets
+    # less the loaders activation leaves plain (they do not take what the adapter reads)
+    return self_check.fit(hooks.patch_targets(name), hooks.self_check(name))[0]
 
 
 def check_targets_resolve(name: str) -> list:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 if TYPE_CHECKING:
     from ..keys.key import Loader
     from .patching import PatchTarget
+    from .self_check import SelfCheck
 
 
 # -- the hooks, one function each -------------------------------------------------------------------------
@@ -45,9 +46,9 @@ def patch_later(adapter: str) -> list[str]:
     return _own_results("overmind_patch_later", adapter)
 
 
-def self_check(adapter: str) -> list:
-    """Adapter ``adapter``'s :class:`~overmind.adapter.SelfCheck` (a list of none or one); raised, not skipped."""
-    return [c for c in _own_calls("overmind_self_check", adapter) if c is not None]
+def self_check(adapter: str) -> SelfCheck | None:
+    """Adapter ``adapter``'s :class:`~overmind.adapter.SelfCheck`, or None; raised, not skipped."""
+    return next((c for c in _own_calls("overmind_self_check", adapter) if c is not None), None)
 
 
 def _own_results(name: str, adapter: str) -> list:

@@ -71,18 +71,23 @@ class SelfCheck:
 
 
 class Outcome:
-    """A check's result: whether it passed, what it found in words, and the targets left unpatched (their
-    signature no longer takes what the adapter reads: those calls run plain; the others are served)."""
+    """A check's result: whether it passed, and what it found, in words."""
 
-    __slots__ = ("passed", "detail", "left_out")
+    __slots__ = ("passed", "detail")
 
-    def __init__(self, passed: bool, detail: str, left_out: list | None = None) -> None:
+    def __init__(self, passed: bool, detail: str) -> None:
         self.passed = passed
         self.detail = detail
-        self.left_out = left_out or []
 
     def __repr__(self) -> str:
-        return f"Outcome(passed={self.passed!r}, detail={self.detail!r}, left_out={len(self.left_out)})"
+        return f"Outcome(passed={self.passed!r}, detail={self.detail!r})"
+
+
+def fit(targets: list[PatchTarget], check: SelfCheck | None) -> tuple[list[PatchTarget], dict[PatchTarget, str]]:
+    """``targets`` the adapter patches (those taking what its ``check.relies_on`` names), and the others with what
+    each lacks: what activation patches and what the conformance checks expect patched."""
+    unfit = unfit_targets(targets, check.relies_on) if check is not None else {}
+    return [t for t in targets if t not in unfit], unfit
 
 
 def unfit_targets(targets: list[PatchTarget], relies_on: Mapping[str, Sequence[str]]) -> dict[PatchTarget, str]:

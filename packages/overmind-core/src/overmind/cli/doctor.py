@@ -268,7 +268,6 @@ def _untested_adapter(label: str, st) -> Check:
 
             outcome = adapter_check.check_installed(st.name)
         except Exception as exc:  # noqa: BLE001 - report, don't crash
-            outcome = None
             result = f"self-check could not run ({type(exc).__name__}: {exc})"
     if outcome is not None:
         result = f"self-check {'passed' if outcome.passed else 'failed'}: {outcome.detail}"

@@ -17,10 +17,12 @@ user's process sees nothing of it. Only a failed check turns the adapter off (se
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import sys
 
-from .._util import distributions, interrupts
+from .._util import distributions, interrupts, user_cache
 from .._util.lazy_logger import logger
 from ..adapters.self_check import Outcome, SelfCheck, unfit_targets
 
@@ -45,7 +47,7 @@ def run(adapter: str, targets: list[PatchTarget], check: SelfCheck | None) -> Ou
         problems.insert(0, "none of the loaders it patches exists in this version" if not targets else
                         "no loader it patches takes the parameters it reads: " + "; ".join(unfit.values()))
     if problems:
-        return Outcome(False, "; ".join(problems), list(unfit))
+        return Outcome(False, "; ".join(problems))
     fit = len(targets) - len(unfit)
     said = [f"{fit} loader{'s' if fit != 1 else ''} " + ("fit" if relies_on else "found") if targets
             else "it patches no loader"]
@@ -53,10 +55,10 @@ def run(adapter: str, targets: list[PatchTarget], check: SelfCheck | None) -> Ou
         said.append(f"{len(unfit)} left unpatched ({'; '.join(unfit.values())})")
     if check is None or check.sample is None:
         said.append("no sample to send through the entry codec")
-        return Outcome(True, "; ".join(said), list(unfit))
+        return Outcome(True, "; ".join(said))
     trip = _remembered_round_trip(adapter, check)
     said.append(trip.detail)
-    return Outcome(trip.passed, "; ".join(said), list(unfit))
+    return Outcome(trip.passed, "; ".join(said))
 
 
 def check_installed(adapter: str) -> Outcome:
@@ -70,9 +72,8 @@ def check_installed(adapter: str) -> Outcome:
     for group in state.modules:
         importlib.import_module(group[0])
     discovery.get_manager()
-    checks = hooks.self_check(adapter)
-    outcome = state.self_check = run(adapter, hooks.patch_targets(adapter), checks[0] if checks else None)
-    return outcome
+    state.self_check = run(adapter, hooks.patch_targets(adapter), hooks.self_check(adapter))
+    return state.self_check
 
 
 def _reducer_problems(adapter: str) -> list[str]:
@@ -89,19 +90,15 @@ def _reducer_problems(adapter: str) -> list[str]:
 # -- the round trip, once per environment ---------------------------------------------------------------------
 
 def _remembered_round_trip(adapter: str, check: SelfCheck) -> Outcome:
-    import json  # here and below, late: the kit imports this module, and activate() imports the kit
-
     path = _memo_path(adapter)
-    if path is not None:
-        try:
-            with open(path) as f:
-                memo = json.load(f)
-            return Outcome(bool(memo["passed"]), memo["detail"] + " (remembered)")
-        except (OSError, ValueError, KeyError, TypeError) as e:  # none yet, or unreadable: check again
-            interrupts.raise_users(e)
+    try:
+        with open(path) as f:
+            memo = json.load(f)
+        return Outcome(bool(memo["passed"]), memo["detail"] + " (remembered)")
+    except (OSError, ValueError, KeyError, TypeError) as e:  # none yet, or unreadable: check again
+        interrupts.raise_users(e)
     outcome = round_trip(adapter, check)
-    if path is not None:
-        _remember(path, outcome)
+    _remember(path, outcome)
     return outcome
 
 
@@ -160,10 +157,8 @@ def _unobserved() -> Iterator[None]:
                 np.random.set_state(np_state)
 
 
-def _memo_path(adapter: str) -> str | None:
+def _memo_path(adapter: str) -> str:
     """Where this environment's round trip for ``adapter`` is remembered: named by every version it depends on."""
-    import hashlib
-
     from .._version import __version__
     from ..adapters import discovery, libraries
 
@@ -175,14 +170,11 @@ def _memo_path(adapter: str) -> str | None:
         names = {r.name for r in libraries.instruments_requirements(dist)}
         names |= {r.name for r in libraries.tested_requirements(dist)}
         parts += [f"{n}=={distributions.version(n)}" for n in sorted(names | {"torch"})]
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
-    return os.path.join(base, "overmind", "self-checks", f"{adapter}-{digest}.json")
+    return user_cache.path("self-checks", f"{adapter}-{digest}.json")
 
 
 def _remember(path: str, outcome: Outcome) -> None:
-    import json
-
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"

@@ -19,7 +19,7 @@ import importlib.util
 import os
 import sys
 
-from .._util import interrupts
+from .._util import interrupts, user_cache
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -39,9 +39,7 @@ def torch_release() -> str:
 def cache_dir(release: str | None = None) -> str:
     """Where ``overmind build-native`` puts the extension for ``release`` (default: the installed torch) and this
     Python."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    tag = f"torch-{release or torch_release()}-{sys.implementation.cache_tag}"
-    return os.path.join(base, "overmind", "native", tag)
+    return user_cache.path("native", f"torch-{release or torch_release()}-{sys.implementation.cache_tag}")
 
 
 def built_file(release: str | None = None) -> str | None:
