@@ -1,12 +1,13 @@
 """How many bytes of shared memory a result's entry would take, known before it is pickled: what the server's
 admission (``server/admission.py``) is asked with.
 
-:func:`upper_bound` sums the distinct storages the result holds (a walk of its objects, no pickling);
-:func:`entry_bytes` asks the placer where each would go, as the entry's writer will (``shm/placer.py``): a
-storage that lies untouched in an entry this process maps, or in a checkpoint file's pages, takes no room in
-the new entry. The pickled skeleton (kilobytes) is left out of both.
+:func:`storages` finds the distinct storages the result holds (a walk of its objects, no pickling);
+:func:`total` sums them; :func:`entry_bytes` asks the placer where each would go, as the entry's writer will
+(``shm/placer.py``): a storage that lies untouched in an entry this process maps, or in a checkpoint file's pages,
+takes no room in the new entry. The pickled skeleton (kilobytes) is left out of both.
 
->>> estimate.upper_bound(model) >= estimate.entry_bytes(model)
+>>> found = estimate.storages(model)
+>>> estimate.total(found) >= estimate.entry_bytes(found)
 True
 """
 from __future__ import annotations
@@ -54,20 +55,16 @@ def storages(result: Any) -> list[torch.UntypedStorage] | None:
     return list(found.values())
 
 
-def upper_bound(result: Any) -> int | None:
-    """The bytes of every distinct storage ``result`` holds (None: too many objects to walk)."""
-    found = storages(result)
-    return None if found is None else sum(s.nbytes() for s in found)
+def total(found: list[torch.UntypedStorage]) -> int:
+    """The bytes of ``found`` (:func:`storages`), all of them: an upper bound of the entry's data region."""
+    return sum(s.nbytes() for s in found)
 
 
-def entry_bytes(result: Any) -> int | None:
-    """The bytes the entry's data region would take: storages already shared (an entry's pages, a checkpoint
-    file's) are referenced, not counted (None: too many objects to walk)."""
+def entry_bytes(found: list[torch.UntypedStorage]) -> int:
+    """The bytes the entry's data region would take for ``found`` (:func:`storages`): storages already shared (an
+    entry's pages, a checkpoint file's) are referenced, not counted."""
     from ..shm.placer import Placer
 
-    found = storages(result)
-    if found is None:
-        return None
     placer = Placer()
     for s in found:
         placer.place(s)

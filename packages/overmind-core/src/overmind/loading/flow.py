@@ -295,11 +295,11 @@ def _admission(client, ck: key.CacheKey, result: Any, room: int | None) -> str |
     from ..entries import estimate
 
     try:
-        upper = estimate.upper_bound(result)
-        if upper is None or (room is not None and upper <= room):
+        found = estimate.storages(result)
+        if found is None or (room is not None and estimate.total(found) <= room):
             return None
-        need = estimate.entry_bytes(result)
-        if need is None or need == 0:
+        need = estimate.entry_bytes(found)
+        if need == 0:
             return None
         verdict = client.admit(ck.key, need)
     except Exception as e:  # an older server, or no answer: the publish's own check still holds

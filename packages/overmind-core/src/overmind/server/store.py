@@ -352,12 +352,19 @@ class Store:
         return {"admitted": True} if refusal is None else refusal
 
     def _refusal(self, key: str, need: int, protected: set[str]) -> dict[str, Any] | None:
+        """None when ``need`` bytes fit now, with or without evicting; else the refusal (:meth:`_refused`)."""
+        if need <= self.max_bytes and (self._used + need <= self.max_bytes
+                                       or self._plan_eviction(need, protected) is not None):
+            return None
+        return self._refused(key, need, protected)
+
+    def _refused(self, key: str, need: int, protected: set[str]) -> dict[str, Any]:
+        """The refusal of ``need`` bytes no eviction can make room for: larger than the whole budget (remembered for
+        ``key``), or the rest of the budget held by entries in use."""
         if need > self.max_bytes:
             if key:
                 self.refusals.remember(key, need, self.max_bytes)
             return admission.verdict("budget", need, self.max_bytes, self.max_bytes)
-        if self._used + need <= self.max_bytes or self._plan_eviction(need, protected) is not None:
-            return None
         return admission.verdict("in use", need, self.max_bytes, self.max_bytes - self._pinned_bytes(protected))
 
     def _pinned_bytes(self, protected: set[str]) -> int:
@@ -371,9 +378,7 @@ class Store:
             return
         plan = self._plan_eviction(need, protected)
         if plan is None:
-            refusal = self._refusal(key, need, protected) or admission.verdict(
-                "in use", need, self.max_bytes, self.max_bytes - self._pinned_bytes(protected))
-            raise StoreError("budget", f"publish refused: {refusal['message']}.")
+            raise StoreError("budget", f"publish refused: {self._refused(key, need, protected)['message']}.")
         for victim in plan:
             log.info("evicting %s (%d bytes, least recently used) to fit %d bytes", victim.entry_id,
                      victim.nbytes, need)
