@@ -23,7 +23,8 @@ def key_part(arguments: dict[str, Any]) -> tuple | None:
     if enabled is None:
         return None  # before 5.25: a load never kernelizes unless asked, and the argument is keyed as it is
     wanted = arguments.get("use_kernels")
-    resolved = bool(wanted) if wanted is not None and not (wanted is True and not enabled()) else enabled()
+    # as from_pretrained resolves it: USE_HUB_KERNELS=0 turns it off whatever is asked; else the argument, on if None
+    resolved = bool(enabled()) and (wanted is None or bool(wanted))
     if not resolved:
         return ("use_kernels", False)
     from overmind.adapter import version_of
