@@ -27,7 +27,7 @@ def _settings_table() -> str:
 def _help(argv: list[str]) -> str:
     import os
 
-    from overmind.cli.main import _parser
+    from overmind.cli.commands import _parser
 
     out = io.StringIO()
     before = os.environ.get("COLUMNS")
@@ -44,7 +44,7 @@ def _help(argv: list[str]) -> str:
 
 
 def _cli() -> str:
-    from overmind.cli.main import _parser
+    from overmind.cli.commands import _parser
 
     parser = _parser()
     commands = [a for a in parser._subparsers._group_actions[0].choices]  # noqa: SLF001 - argparse's own table

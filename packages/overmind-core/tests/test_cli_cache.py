@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 import overmind
-from overmind.cli.main import EXIT_CODES
+from overmind.cli.commands import EXIT_CODES
 from overmind.client.connection import Client
 from overmind.inspection import AmbiguousPrefix, CacheEntry, CacheInfo, EvictUsage, NoSuchEntry
 

@@ -149,7 +149,7 @@ def test_run_json_counts_only_right_after_run(rt):
 def test_every_exit_status_is_in_the_cli_page():
     from pathlib import Path
 
-    from overmind.cli.main import EXIT_CODES
+    from overmind.cli.commands import EXIT_CODES
 
     page = (Path(__file__).resolve().parents[3] / "docs" / "cli.md").read_text()
     table = page.split("## Exit status", 1)[1].split("\n## ", 1)[0]

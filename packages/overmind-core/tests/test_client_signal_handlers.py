@@ -175,7 +175,7 @@ def test_overmind_runs_no_python_code_when_an_object_dies(overmind_runtime):
 # doctor (commands, not loads), overmind run's runner (its own processes and protocol), testing.py, the
 # interrupts module itself, and entries/deep_recursion.py (its handler runs in a helper thread, where no signal handler runs,
 # and hands the exception to the waiting caller).
-_NOT_LOAD_PATH = ("server/", "runner/", "cli/main.py", "cli/doctor.py", "testing.py", "_util/interrupts.py", "entries/deep_recursion.py")
+_NOT_LOAD_PATH = ("server/", "runner/", "cli/main.py", "cli/commands.py", "cli/doctor.py", "testing.py", "_util/interrupts.py", "entries/deep_recursion.py")
 _BROAD = {"Exception", "BaseException", "OSError", "TimeoutError", "EnvironmentError", "IOError"}
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 
 import pytest
 
@@ -63,3 +64,33 @@ def test_every_run_draws_fresh_random_numbers(rt, tmp_path):
     assert a["ppid"] == b["ppid"], "no two runs in a row were forked by the same template"
     for generator in ("torch", "numpy", "random", "initial_seed"):
         assert a[generator] != b[generator], generator
+
+
+BLAS = """
+import hashlib, json, os
+tasks_at_start = len(os.listdir("/proc/self/task"))
+import numpy
+from threadpoolctl import threadpool_info
+numpy_blas = [(i["internal_api"], i["num_threads"]) for i in threadpool_info()
+              if i["internal_api"] == "openblas" and "numpy" in i["filepath"]]
+a = numpy.arange(90000, dtype=numpy.float64).reshape(300, 300) / 7.0
+product = a @ a.T  # large enough for OpenBLAS to use its threads
+print(json.dumps({"start": tasks_at_start, "blas": numpy_blas, "after": len(os.listdir("/proc/self/task")),
+                  "product": hashlib.sha256(product.tobytes()).hexdigest()}))
+"""
+
+
+def test_openblas_has_plain_pythons_thread_count_and_starts_its_workers_at_the_first_call(rt, tmp_path):
+    script = rs.write(str(tmp_path), "blas.py", BLAS)
+    extra = {"OVERMIND_DISABLED_ADAPTERS": "fixture,fixture_broken"}
+    env = {k: v for k, v in rs.env(rt, **extra).items() if k != "OVERMIND_PRELOAD"}
+    served = subprocess.run([rs.OVERMIND, "run", script], capture_output=True, text=True, env=env, timeout=600)
+    plain = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env, timeout=600)
+    assert served.returncode == 0 and not rs.warnings_in(served.stderr), served.stderr
+    assert plain.returncode == 0, plain.stderr
+    served_run, plain_run = (json.loads(out.stdout.splitlines()[-1]) for out in (served, plain))
+    assert served_run["blas"] == plain_run["blas"] and served_run["blas"], "the same thread count as plain python"
+    assert served_run["product"] == plain_run["product"]
+    assert served_run["after"] == plain_run["after"], "the same workers once BLAS ran"
+    # no worker spins on a CPU while the program starts: OpenBLAS starts them at its first threaded call
+    assert served_run["start"] == 1

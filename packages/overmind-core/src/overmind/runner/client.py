@@ -52,6 +52,20 @@ def main(argv: list[str], runtime_dir: str | None = None) -> int:
     relay(conn, pidfd, pid)
 
 
+def split_run(argv: list[str]) -> tuple[str | None, list[str]] | None:
+    """``(runtime_dir, program args)`` when ``argv`` is a ``run`` command line, else None. ``run`` takes the
+    rest of the line verbatim (its options are the program's), so argparse never sees it."""
+    runtime_dir = None
+    i = 0
+    if argv[:1] and argv[0].startswith("--runtime-dir="):
+        runtime_dir, i = argv[0].split("=", 1)[1], 1
+    elif argv[:1] == ["--runtime-dir"] and len(argv) > 1:
+        runtime_dir, i = argv[1], 2
+    if argv[i:i + 1] == ["run"]:
+        return runtime_dir, argv[i + 1:]
+    return None
+
+
 def parse(argv: list[str]) -> dict | None:
     """The program of ``argv`` (``run``'s arguments), or None when only plain python can run it."""
     args = list(argv)

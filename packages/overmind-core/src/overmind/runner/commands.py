@@ -29,22 +29,9 @@ from .._util import quiet_threads
 ENV_SERVE_TEMPLATE = "OVERMIND_SERVE_TEMPLATE"
 
 
-def split_run(argv: list[str]) -> tuple[str | None, list[str]] | None:
-    """``(runtime_dir, program args)`` when ``argv`` is a ``run`` command line, else None. ``run`` takes the
-    rest of the line verbatim (its options are the program's), so argparse never sees it."""
-    runtime_dir = None
-    i = 0
-    if argv[:1] and argv[0].startswith("--runtime-dir="):
-        runtime_dir, i = argv[0].split("=", 1)[1], 1
-    elif argv[:1] == ["--runtime-dir"] and len(argv) > 1:
-        runtime_dir, i = argv[1], 2
-    if argv[i:i + 1] == ["run"]:
-        return runtime_dir, argv[i + 1:]
-    return None
-
-
 def add_parser(sub) -> None:
-    """The ``run`` entry of ``overmind --help`` (the command itself is dispatched by :func:`split_run`)."""
+    """The ``run`` entry of ``overmind --help`` (the command itself is dispatched by
+    :func:`overmind.runner.client.split_run`)."""
     run = sub.add_parser("run", help="run a Python program in a process forked from a template that has "
                                      "already imported torch and the model libraries",
                          description="overmind run [--json] [python options] [--] script.py [args] | -m module "

@@ -19,7 +19,6 @@ A template serves a program only if a fresh ``python`` would have imported the s
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -99,7 +98,18 @@ def base_key(preload: list[str], path_tail: list[str] | None = None) -> dict:
 
 def key_id(key: dict) -> str:
     """A short stable name for ``key`` (16 hex digits of its SHA-256)."""
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return _sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _sha256(data: bytes):
+    try:  # CPython's own SHA-256: the launcher computes this key without loading OpenSSL (hashlib: 2 ms)
+        from _sha256 import sha256  # Python 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256  # 3.12 on
+        except ImportError:
+            from hashlib import sha256
+    return sha256(data)
 
 
 def native_environment(environ: dict[str, str]) -> dict[str, str]:

@@ -18,12 +18,10 @@ import os
 import select
 import signal
 import socket
-import subprocess
 import sys
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
-from .._util import quiet_threads
 from .._util.process_state import alive
 from ..errors import OvermindError
 from ..ipc import runtime
@@ -144,6 +142,8 @@ def spawn(runtime_dir: str, preload: list[str], options: list[str], environ: dic
     command = [sys.executable, *options, "-c", TEMPLATE_ENTRY, "--runtime-dir", runtime_dir,
                "--preload", json.dumps(preload), "--ready-fd", str(write_end),
                "--room", " " * TITLE_ROOM]
+    import subprocess  # (here: the launcher that finds a running template does without it)
+
     try:
         proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd, cwd="/",
                                 env=environ, start_new_session=True, pass_fds=(write_end,))
@@ -170,6 +170,8 @@ def spawn(runtime_dir: str, preload: list[str], options: list[str], environ: dic
         raise TemplateUnavailable(payload or "the template failed to start")
     # The template runs on; reap it when it ends so it is no zombie of this process.
     import threading
+
+    from .._util import quiet_threads
 
     quiet_threads.start(threading.Thread(target=proc.wait, name="overmind-template-reaper", daemon=True))
     return json.loads(payload)

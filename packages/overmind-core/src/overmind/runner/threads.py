@@ -4,7 +4,13 @@ numpy's OpenBLAS starts ``n - 1`` worker threads the moment it is loaded, and a 
 thread when it forks. So the template loads it with ``OPENBLAS_NUM_THREADS=1`` and the child, once it has
 the caller's environment and CPU affinity, asks OpenBLAS for the count OpenBLAS itself would have chosen
 (``OPENBLAS_NUM_THREADS``, else ``GOTO_NUM_THREADS``, else ``OMP_NUM_THREADS``, else the CPUs this process
-may run on, never more than those); OpenBLAS starts the missing threads then.
+may run on, never more than those).
+
+Setting the count starts the workers, and a new OpenBLAS worker spins on its CPU for about 0.1 s before it
+sleeps: two libraries' workers (numpy's and scipy's) then take both CPUs of a small machine from the program's
+first 0.1 s. So the child stops the pool again at once (``blas_thread_shutdown_``, what OpenBLAS's own fork
+handler does in every forked process): the count stays, and OpenBLAS starts the workers at the program's first
+threaded BLAS call, as it does in any child of a process whose pool ran.
 """
 from __future__ import annotations
 
@@ -44,11 +50,14 @@ def loaded_openblas() -> list[str]:
     return paths
 
 
-_setters: list | None = None  # found once, in the template (reading /proc/self/maps there, not in every child)
+# (setter, pool shutdown or None) of each OpenBLAS, found once, in the template (reading /proc/self/maps there,
+# not in every child)
+_setters: list | None = None
 
 
 def find_setters() -> list:
-    """The thread-count setters of every OpenBLAS loaded now (the template calls this after its imports)."""
+    """The thread-count setter and pool shutdown of every OpenBLAS loaded now (the template calls this after its
+    imports)."""
     global _setters
     _setters = []
     for path in loaded_openblas():
@@ -60,15 +69,18 @@ def find_setters() -> list:
             setter = getattr(lib, name, None)
             if setter is not None:
                 setter.argtypes = [ctypes.c_int]
-                _setters.append(setter)
+                _setters.append((setter, getattr(lib, "blas_thread_shutdown_", None)))
                 break
     return _setters
 
 
 def restore_openblas(environ: dict[str, str]) -> None:
-    """Give every loaded OpenBLAS the thread count a fresh process with ``environ`` would have."""
+    """Give every loaded OpenBLAS the thread count a fresh process with ``environ`` would have; its workers start
+    at its first threaded call."""
     setters = find_setters() if _setters is None else _setters
     if setters:
         count = openblas_thread_count(environ)
-        for setter in setters:
+        for setter, shutdown in setters:
             setter(count)
+            if shutdown is not None and count > 1:
+                shutdown()
