@@ -25,7 +25,7 @@ def test_every_installed_top_level_module_gets_importlib_metadatas_distribution_
         except (ImportError, ValueError):
             continue
         origin = getattr(spec, "origin", None) if spec else None
-        if not origin or not code_identity._under_installed_root(origin):
+        if not origin or not code_identity.under_installed_root(origin):
             continue  # an editable install or a namespace package: keyed by its code, not by a version
         # distribution_of looks the module up in sys.modules; a module object with that file stands in for it
         module = type(sys)(top)

@@ -113,12 +113,9 @@ def uncacheable(reason: str) -> Uncacheable:
 @cache
 def version_of(dist: str) -> str:
     """The installed version of distribution ``dist``, or ``"not installed"``."""
-    from importlib import metadata  # late: activation imports this module, and importlib.metadata is slow
+    from ._util import distributions  # what importlib.metadata finds, without its email parser (~2 ms a call)
 
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "not installed"
+    return distributions.version(dist) or "not installed"
 
 
 def dist_of(adapter: str) -> str:

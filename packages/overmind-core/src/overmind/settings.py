@@ -70,6 +70,11 @@ def parse_size(text: str) -> int:
     return value
 
 
+def _size_or_zero(text: str) -> int:
+    """:func:`parse_size`, or 0 for ``"0"`` (none at all)."""
+    return 0 if text.strip() == "0" else parse_size(text)
+
+
 def _choice(*options: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         low = text.strip().lower()
@@ -187,6 +192,10 @@ DECLARED: tuple[Setting, ...] = (
     Setting("OVERMIND_TEMPLATE_IDLE", "template_idle", 3600.0,
             _SECONDS.format(name="OVERMIND_TEMPLATE_IDLE", default=3600),
             "a template unused this long exits", parse_seconds, "forever"),
+    Setting("OVERMIND_TEMPLATE_OBJECTS", "template_objects", 256 << 20, "a size in bytes with an optional K, M, G "
+            "or T suffix, e.g. OVERMIND_TEMPLATE_OBJECTS=512M; 0 builds none",
+            "how much of the entries its children use an 'overmind run' template rebuilds ahead (skeleton bytes)",
+            _size_or_zero, "plenty"),
     Setting("OVERMIND_SERVE_TEMPLATE", "serve_template", True, _BOOL,
             "'overmind serve' also starts this interpreter's 'overmind run' template", parse_bool, "sure"),
 )
@@ -223,6 +232,7 @@ class Settings(Frozen):
     preload: str | None
     template_start_timeout: float
     template_idle: float
+    template_objects: int
     serve_template: bool
     sources: Mapping[str, str]
     _compared = tuple(s.attr for s in DECLARED)

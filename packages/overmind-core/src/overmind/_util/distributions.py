@@ -213,29 +213,63 @@ def _index() -> dict[str, list[str]] | None:
     order; None when only ``importlib.metadata`` can say. The listing is kept until ``sys.path``, the meta path
     or a folder on ``sys.path`` changes: installing or removing a package adds or removes a folder there, which
     changes that folder's mtime and link count (``importlib.metadata`` keys its own listing on the mtime
-    alone). The files inside are read afresh on each lookup."""
-    global _cached
-    stamp = (tuple(sys.path), tuple(map(_stamp, sys.path)), tuple(map(id, sys.meta_path)))
+    alone). The files inside are read afresh on each lookup.
+
+    Each folder's scan is kept on its own, and the listing is the same object while the folders that hold
+    distributions are the same: a process given another ``sys.path[0]`` (an ``overmind run`` child, forked from
+    a template that read the listing) scans only that folder, and what was derived from the listing
+    (``keys/code_identity.py``) stays valid."""
+    global _cached, _merged
+    path = tuple(sys.path)
+    stamps = tuple(map(_stamp, path))
+    stamp = (path, stamps, tuple(map(id, sys.meta_path)))
     with _lock:
         if _cached[0] == stamp:
             return _cached[1]
     index: dict[str, list[str]] | None = None
     if _own_scan_is_faithful():
-        index = {}
-        for entry in sys.path:
-            try:
-                children = os.listdir(entry or ".")
-            except OSError as exc:
-                interrupts.raise_users(exc)
-                continue
-            for child in children:
-                low = child.lower()
-                if low.endswith(_INFO_SUFFIXES):
-                    key = normalize(low.rpartition(".")[0].partition("-")[0])
-                    index.setdefault(key, []).append(os.path.join(entry, child))
+        holding = tuple((entry, entry_stamp, found) for entry, entry_stamp in zip(path, stamps)
+                        for found in [_scan(entry, entry_stamp)] if found)
+        token = (tuple((entry, entry_stamp) for entry, entry_stamp, _found in holding), stamp[2])
+        with _lock:
+            if _merged[0] == token:
+                index = _merged[1]
+        if index is None:
+            index = {}
+            for _entry, _entry_stamp, found in holding:
+                for key, folders in found.items():
+                    index.setdefault(key, []).extend(folders)
+            with _lock:
+                _merged = (token, index)
     with _lock:
         _cached = (stamp, index)
     return index
+
+
+_scans: dict[str, tuple] = {}  # sys.path entry -> (its stamp, {normalized name: [metadata folders]}) of its scan
+_merged: tuple[Any, dict[str, list[str]] | None] = (None, None)  # (the folders holding distributions, the listing)
+
+
+def _scan(entry: str, entry_stamp: tuple | None) -> dict[str, list[str]]:
+    """The distributions in one ``sys.path`` folder, by normalized name (kept while the folder's stamp holds)."""
+    with _lock:
+        known = _scans.get(entry)
+    if known is not None and entry_stamp is not None and known[0] == entry_stamp:
+        return known[1]
+    found: dict[str, list[str]] = {}
+    try:
+        children = os.listdir(entry or ".")
+    except OSError as exc:
+        interrupts.raise_users(exc)
+        children = []
+    for child in children:
+        low = child.lower()
+        if low.endswith(_INFO_SUFFIXES):
+            key = normalize(low.rpartition(".")[0].partition("-")[0])
+            found.setdefault(key, []).append(os.path.join(entry, child))
+    with _lock:
+        _scans[entry] = (entry_stamp, found)
+    return found
 
 
 def entry_points(group: str) -> list[EntryPoint]:

@@ -93,19 +93,22 @@ class Client:
         _all_clients.add(self)
 
     # ---- public requests -------------------------------------------------------------------------------
-    def get(self, key: str, *, claim: bool = True, wait: bool = True, timeout: float | None = None) -> GetResult:
+    def get(self, key: str, *, claim: bool = True, wait: bool = True, timeout: float | None = None,
+            quiet: bool = False) -> GetResult:
         """Look ``key`` up: ``hit`` (with fds), ``claimed`` (you load it), ``miss`` or ``busy``.
 
         ``timeout`` bounds the wait on another process's claim (default ``OVERMIND_WAIT_TIMEOUT``). The first
-        ask never waits, so a stopped server costs one reply timeout, not the whole wait.
+        ask never waits, so a stopped server costs one reply timeout, not the whole wait. ``quiet``: a hit is not
+        counted as a use of the entry (its hits, its place in the eviction order, ``status``'s counters): an
+        ``overmind run`` template building ahead (``runner/prebuild.py``), not a load.
         """
-        reply, fds = self._get_once(key, claim, None)
+        reply, fds = self._get_once(key, claim, None, quiet)
         try:
             if wait and reply["status"] == "busy":
                 close_fds(fds)
                 fds = []
                 wait_s = timeouts.wait_timeout() if timeout is None else max(0.0, float(timeout))
-                reply, fds = self._get_once(key, claim, wait_s)
+                reply, fds = self._get_once(key, claim, wait_s, quiet)
             if reply["status"] != "hit":
                 close_fds(fds)
                 return GetResult(reply["status"], room=reply.get("room"), refusal=reply.get("refused"))
@@ -247,8 +250,11 @@ class Client:
         self._local = threading.local()
 
     # ---- one request -----------------------------------------------------------------------------------
-    def _get_once(self, key: str, claim: bool, wait_s: float | None) -> tuple[dict[str, Any], list[int]]:
+    def _get_once(self, key: str, claim: bool, wait_s: float | None,
+                  quiet: bool = False) -> tuple[dict[str, Any], list[int]]:
         msg = {"op": "get", "key": key, "claim": claim, "wait": wait_s is not None, "timeout": wait_s}
+        if quiet:
+            msg["quiet"] = True
         # The server answers a waiting get within wait_s; one reply timeout more covers the trip.
         budget = None if wait_s is None else wait_s + timeouts.reply_timeout()
         reply, fds = self._request(msg, timeout=budget)

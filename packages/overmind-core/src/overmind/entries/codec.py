@@ -148,11 +148,16 @@ def decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None = 
     mode: transformers returns ordinary tensors under ``torch.inference_mode()``, diffusers inference tensors,
     and the entry records which (``tensors.INFERENCE``); the rest are rebuilt outside inference mode.
     """
+    return decode_sized(entry, fds, arguments)[0]
+
+
+def decode_sized(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None = None) -> tuple[Any, int]:
+    """:func:`decode`, and the size of the entry's skeleton in bytes (what the rebuilt objects weigh, roughly)."""
     with gc_pause.paused(), _outside_inference_mode():
         obj, skeleton_bytes = _decode(entry, fds, arguments)
     if skeleton_bytes >= heap_trim.TRIM_AFTER_BYTES:
         heap_trim.trim()  # the rebuild's temporaries (a tokenizer's vocabulary) back to the system
-    return obj
+    return obj, skeleton_bytes
 
 
 def _outside_inference_mode() -> contextlib.AbstractContextManager:

@@ -46,7 +46,8 @@ _ROOTS = _installed_roots()
 _STDLIB = frozenset(sys.stdlib_module_names) | frozenset(sys.builtin_module_names)
 
 
-def _under_installed_root(path: str) -> bool:
+def under_installed_root(path: str) -> bool:
+    """Whether ``path`` lies in the standard library or an installed distribution's folder (not the user's code)."""
     real = os.path.realpath(path)
     return any(real == r or real.startswith(r + os.sep) for r in _ROOTS)
 
@@ -95,7 +96,7 @@ def distribution_of(module_name: str) -> tuple | None:
         return (("overmind", __version__),)
     module = sys.modules.get(module_name) or sys.modules.get(top)
     path = getattr(module, "__file__", None)
-    if not path or not _under_installed_root(path):
+    if not path or not under_installed_root(path):
         return None
     return _versions_providing(top) or None  # none: a loose file dropped into site-packages, key its code
 
@@ -122,6 +123,21 @@ def _versions_providing(top: str) -> tuple:
     with _providing_lock:
         _providing[top] = (listing, found)
     return found
+
+
+def read_imported() -> list[str]:
+    """Read, for every top-level package imported now, the distributions that install it (what
+    :func:`distribution_of` asks on a load's key). An ``overmind run`` template calls this once its imports are
+    done, so its children find the answers read (valid while nothing is installed or removed); returns the
+    distributions' names."""
+    names: dict[str, None] = {}
+    for name, module in list(sys.modules.items()):
+        if "." in name or name in _STDLIB or name.startswith("overmind"):
+            continue
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and under_installed_root(path):
+            names.update(dict.fromkeys(dist for dist, _version in _versions_providing(name)))
+    return list(names)
 
 
 def code_digest(code: types.CodeType) -> str:

@@ -151,7 +151,7 @@ def _unimported_user_file(name: str) -> str | None:
     origin = getattr(spec, "origin", None)
     if not isinstance(origin, str) or not origin.endswith(".py") or code_identity.distribution_of(name.split(".")[0]):
         return None
-    return None if code_identity._under_installed_root(origin) else os.path.realpath(origin)
+    return None if code_identity.under_installed_root(origin) else os.path.realpath(origin)
 
 
 def _local_imports(fn: Callable) -> set[str]:

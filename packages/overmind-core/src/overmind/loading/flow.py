@@ -23,7 +23,7 @@ from typing import Any, Callable
 from .. import fallback
 from .._util import gc_pause, heap_trim, interrupts
 from ..adapters import hooks
-from ..entries import arguments_ref, codec
+from ..entries import arguments_ref, codec, prebuilt
 from ..errors import OvermindError, ServerError
 from ..keys import key, provenance, torch_state
 from ..shm import arena
@@ -144,12 +144,18 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
             variant = key.CacheKey(variant_key, ck.summary, ck.ambient, ck.described)
             return _cached_call(loader, variant, args, kwargs, recheck, arguments, vary=names)
         try:
-            obj = codec.decode(res.entry, res.fds, arguments)
+            obj = prebuilt.take(ck.key, res.entry["entry_id"])  # an 'overmind run' template's, built ahead
+            ahead = obj is not prebuilt.NOTHING
+            if ahead:
+                res.close()
+            else:
+                obj = codec.decode(res.entry, res.fds, arguments)
             warned = loader_warnings.Replay(meta.get("warnings"), call_frame)
             logged = loader_logs.Replay(meta.get("logs"))
             other_logging = logged.differs()  # after the rebuild: the libraries it imports have set their loggers
-            log.info("hit %s (entry %s, %d bytes) in %.3f s", loader.name, ck.key[:12],
-                     res.entry.get("nbytes", 0), time.perf_counter() - t0)
+            log.info("hit %s (entry %s, %d bytes%s) in %.3f s", loader.name, ck.key[:12],
+                     res.entry.get("nbytes", 0), ", built ahead by the template" if ahead else "",
+                     time.perf_counter() - t0)
         except arguments_ref.ArgumentMismatch as e:
             # This call's objects do not fit where the entry holds arguments: the entry is sound, the call is not
             # the one it was made for (a key that should have told them apart). Plain call; the entry stays.

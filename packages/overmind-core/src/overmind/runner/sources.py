@@ -37,18 +37,28 @@ class SourceWatch:
         self.fd = fd
         self.files: set[bytes] = set()
         self._folders: dict[int, bytes] = {}
+        self._watched: set[bytes] = set()
+        self._seen: set[str] = set()  # module names whose files are watched
         self.stale: str | None = None
+        self.watch_imported()
+
+    def watch_imported(self) -> None:
+        """Watch the files of the modules imported since the last call too (objects built ahead import some)."""
         folders = set()
-        for module in list(sys.modules.values()):
+        for name, module in list(sys.modules.items()):
+            if name in self._seen:
+                continue
+            self._seen.add(name)
             path = getattr(module, "__file__", None)
             if isinstance(path, str) and os.path.isabs(path):
                 real = os.fsencode(os.path.realpath(path))
                 self.files.add(real)
                 folders.add(os.path.dirname(real))
-        for folder in sorted(folders):
-            wd = self._add(fd, folder, _MASK | IN_ONLYDIR)
+        for folder in sorted(folders - self._watched):
+            wd = self._add(self.fd, folder, _MASK | IN_ONLYDIR)
             if wd >= 0:
                 self._folders[wd] = folder
+                self._watched.add(folder)
 
     def fileno(self) -> int:
         return self.fd

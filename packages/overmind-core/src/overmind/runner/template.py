@@ -4,7 +4,9 @@ Started detached by :func:`overmind.runner.registry.spawn` (``python -c 'import 
 t; t.main()' --runtime-dir D --preload JSON --ready-fd N``). It imports ``overmind`` and calls
 ``overmind.activate()``, imports the preload list with the script's folder off ``sys.path``, freezes the
 garbage collector's view of everything imported (``gc.freeze()``: a child's collections then never walk,
-and never copy, the libraries' heap), writes its info file, binds its socket and tells its starter.
+and never copy, the libraries' heap), writes its info file, binds its socket and tells its starter. Before the
+freeze, and again whenever it has been quiet a moment, it rebuilds the objects of the entries its children use
+most, which a child's hit then takes ready-made (:mod:`overmind.runner.prebuild`).
 
 It imports only. It never initialises CUDA and never runs a thread: before every fork it counts
 ``/proc/self/task`` and refuses, saying which threads there are, if there is more than one (a fork copies
@@ -34,6 +36,7 @@ import time
 ENV_IDLE = "OVERMIND_TEMPLATE_IDLE"
 DEFAULT_IDLE_S = 3600.0
 _TICK_S = 2.0
+_QUIET_S = 1.0  # a template builds objects ahead only after this long without a request or a child's end
 
 
 class Job:
@@ -97,6 +100,14 @@ class Template:
 
         self.sources = SourceWatch()  # after the imports: watches the files of every module imported
         self.sel.register(self.sources, selectors.EVENT_READ, ("sources", None))
+        from ..adapter import version_of
+        from ..keys import code_identity
+        from .prebuild import Builder
+
+        for dist in code_identity.read_imported():  # what a load's key asks of the installed distributions, once
+            version_of(dist)
+        self.builder = Builder(self.runtime_dir)
+        self._build_ahead()  # before the freeze below: the children never walk these objects either
         gc.collect()
         gc.freeze()
         self.info = {
@@ -229,6 +240,22 @@ class Template:
         self.sel.register(conn, selectors.EVENT_READ, ("client", pidfd))
         return None
 
+    def _build_ahead(self) -> bool:
+        """Bring the objects built ahead for the children in line with the server's entries (prebuild.py); whether
+        anything changed."""
+        changes = self.builder.refresh()
+        built = any(not change.startswith("left out") for change in changes)
+        if built:  # what the rebuilds imported is watched, and shadowing checked, like the preloaded modules
+            self.sources.watch_imported()
+            if getattr(self, "info", None) is not None and self.info.get("pid") == os.getpid():
+                from . import registry
+
+                self.info["top_level"] = top_level_modules()
+                registry.write_info(self.info_path, self.info)
+        for change in changes:
+            print(f"overmind template {os.getpid()}: objects built ahead: {change}", file=sys.stderr, flush=True)
+        return built
+
     def _check_sources(self) -> str | None:
         """Why this template must not serve any more (a module it imported changed on disk), or None."""
         changed = self.sources.changed()
@@ -295,6 +322,9 @@ class Template:
 
         if not self.children and not self.stopping and time.monotonic() - self.last_active > self.idle_s:
             self._stop(f"idle for {self.idle_s:g} s")
+        if not self.stopping and time.monotonic() - self.last_active >= _QUIET_S and self._build_ahead():
+            gc.collect()
+            gc.freeze()
         try:
             runtime.check_runtime_dir(self.directory)
             gone = _identity(self.socket_path) != self.socket_identity

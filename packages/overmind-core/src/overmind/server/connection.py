@@ -226,7 +226,7 @@ class Connection:
         if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)):
             raise BadRequest(f"'timeout' must be a number of seconds or null, got {timeout!r}")
         claim, wait = bool(msg.get("claim", True)), bool(msg.get("wait", True))
-        out = self.store.get(key, self.conn_id, claim=claim)
+        out = self.store.get(key, self.conn_id, claim=claim, counted=not msg.get("quiet"))
         if out.status == "busy" and wait and (timeout is None or timeout > 0):
             deadline = None if timeout is None else time.monotonic() + timeout
             self.waiting = Waiting(msg, key, claim, deadline)

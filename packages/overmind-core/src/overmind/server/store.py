@@ -146,18 +146,21 @@ class Store:
         self.counters = {"gets": 0, "hits": 0, "bytes_served": 0, "publishes": 0, "evictions": 0}
 
     # ---- get / claim / release -------------------------------------------------------------------------
-    def get(self, key: str, owner: int, *, claim: bool) -> GetOutcome:
-        """Hit, claim or miss per the protocol's ``get``; ``busy`` while another owner holds the claim."""
+    def get(self, key: str, owner: int, *, claim: bool, counted: bool = True) -> GetOutcome:
+        """Hit, claim or miss per the protocol's ``get``; ``busy`` while another owner holds the claim.
+        ``counted=False``: a hit is no use of the entry (hits, eviction order, counters unchanged)."""
         entry = self._by_key.get(key)
-        self.counters["gets"] += 1
+        if counted:
+            self.counters["gets"] += 1
         if entry is not None and self._retire_changed(self._closure([entry.entry_id])):
             entry = None  # a checkpoint file it references changed: answered as for a missing key
         if entry is not None:
-            self._touch(entry)
-            entry.hits += 1
             out = self._hit(entry)
-            self.counters["hits"] += 1
-            self.counters["bytes_served"] += sum(self._by_id[i].nbytes for i in out.fd_entries)
+            if counted:
+                self._touch(entry)
+                entry.hits += 1
+                self.counters["hits"] += 1
+                self.counters["bytes_served"] += sum(self._by_id[i].nbytes for i in out.fd_entries)
             return out
         refused = self.refusals.under(key, self.max_bytes)
         if refused is not None:  # larger than the whole budget: the caller loads it plainly, without a claim

@@ -1,0 +1,239 @@
+"""What an ``overmind run`` template builds ahead for its children: the objects of the entries they hit most.
+
+A warm hit in a fresh process maps the entry and unpickles its skeleton; for the blog's pipeline that is most
+of the hit (a CLIP tokenizer alone unpickles in tens of milliseconds). A template can do that work once: it
+rebuilds the objects of the entries its children use and holds them (:mod:`overmind.entries.prebuilt`), and a
+child forked from it takes its own copy-on-write copy at its hit, everything else of the hit unchanged (the
+server's answer for the key, random generators, warnings and log records replayed, provenance).
+
+Which entries: the server's listing, most recently used first, within a budget of skeleton bytes
+(``OVERMIND_TEMPLATE_OBJECTS``, default 256M; ``0`` builds none). Left out: markers (no object), entries
+whose class travels by value (``dill``: a child maps it to its own live class), and whatever fails its trial.
+
+The trial: each entry is first rebuilt in a throwaway fork of the template, and left out if that rebuild needs
+anything a child could not take ready-made: the call's own arguments (``pipe.vae is vae``: only the caller has
+them), a module of the user's own code (an installed package's module is imported into the template, watched
+like the preloaded ones, :mod:`.sources`, and listed for the launcher's shadowing check), a draw from a global
+random generator, any output (a warning, a log record: a fresh rebuild in the child shows it), or a thread or
+CUDA (the template could not fork any more). A trial's verdict is remembered for its entry.
+
+When: once the template has imported its preload list (before it freezes the collector's view, so children never
+walk these objects), then on its tick after a quiet moment: objects whose entry left the server or was replaced
+are dropped, entries newly in use are built, and the view is frozen again. What a child takes is always checked
+against the server's answer for its key (``prebuilt.take``), so a held object is never served stale.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import warnings
+
+from .. import settings
+from ..entries import codec, prebuilt
+
+log = logging.getLogger("overmind")
+
+
+def budget() -> int:
+    """The skeleton bytes a template may hold rebuilt (``OVERMIND_TEMPLATE_OBJECTS``; 0: none)."""
+    return int(settings.current().template_objects)
+
+
+class Builder:
+    """The template's side: :meth:`refresh` brings the held objects in line with the server's entries."""
+
+    def __init__(self, runtime_dir: str) -> None:
+        self.runtime_dir = runtime_dir
+        self.budget = budget()
+        self.left_out: dict[str, str] = {}  # entry_id -> why its trial failed
+        self.sizes: dict[str, int] = {}  # key -> skeleton bytes of the object held
+        self._seen: tuple | None = None  # the server's counts when its entries were last read
+
+    def refresh(self) -> list[str]:
+        """Drop what no longer matches the server, build what is newly in use; what was done, in words (built,
+        dropped, left out and why; empty when nothing changed). Never raises: a template serves without objects
+        built ahead."""
+        if self.budget <= 0:
+            return []
+        from ..client.connection import Client
+
+        changes: list[str] = []
+        try:
+            client = Client(self.runtime_dir, autostart=False)
+        except Exception as exc:
+            return self._drop_all(f"no server ({type(exc).__name__})")
+        try:
+            try:
+                status = client.status()
+                seen = tuple(status.get(k) for k in ("pid", "started", "publishes", "evictions", "entries", "bytes"))
+                if seen == self._seen:
+                    return []  # nothing published, evicted or dropped since: the entries are those read last
+                listing = client.ls()
+            except Exception as exc:
+                self._seen = None
+                return self._drop_all(f"no server ({type(exc).__name__})")
+            self._seen = seen
+            wanted, left_out = _candidates(listing)
+            for entry_id, why in left_out.items():
+                if entry_id not in self.left_out:
+                    self.left_out[entry_id] = why
+                    changes.append(f"left out {entry_id}: {why}")
+            for key, entry_id in prebuilt.held().items():
+                if wanted.get(key) != entry_id:
+                    prebuilt.drop(key)
+                    self.sizes.pop(key, None)
+                    changes.append(f"dropped {key[:12]}")
+            used = sum(self.sizes.values())
+            for key, entry_id in wanted.items():
+                if used >= self.budget:
+                    break
+                if key in self.sizes or entry_id in self.left_out:
+                    continue
+                size = self._build(client, key)
+                if size:
+                    used += size
+                    changes.append(f"built {key[:12]} ({size} bytes)")
+                elif entry_id in self.left_out:
+                    changes.append(f"left out {key[:12]}: {self.left_out[entry_id]}")
+        finally:
+            client.close()
+        return changes
+
+    def _drop_all(self, why: str) -> list[str]:
+        held = list(prebuilt.held())
+        for key in held:
+            prebuilt.drop(key)
+        self.sizes.clear()
+        return [f"dropped {len(held)}: {why}"] if held else []
+
+    def _build(self, client, key: str) -> int:
+        """Build and hold the object of ``key``'s entry if its trial passes; its skeleton bytes, or 0."""
+        try:
+            res = client.get(key, claim=False, wait=False, quiet=True)
+        except Exception as exc:
+            log.debug("template: cannot build %s ahead: %s", key[:12], exc)
+            return 0
+        if res.status != "hit" or res.entry is None:
+            res.close()
+            return 0
+        entry_id = res.entry["entry_id"]
+        try:
+            why = trial(res.entry, res.fds)
+        except BaseException:
+            res.close()
+            raise
+        if why is not None:
+            res.close()
+            self.left_out[entry_id] = why
+            return 0
+        try:
+            obj, size = codec.decode_sized(res.entry, res.fds)  # closes the fds
+        except Exception as exc:  # the trial passed; a second rebuild should too
+            self.left_out[entry_id] = f"{type(exc).__name__}: {exc}"
+            return 0
+        prebuilt.hold(key, entry_id, obj)
+        self.sizes[key] = size
+        return size
+
+
+def _candidates(listing: list[dict]) -> tuple[dict[str, str], dict[str, str]]:
+    """``{key: entry_id}`` of the entries worth building, most recently used first, and ``{entry_id: why}`` of
+    those that the listing already shows a child could not take ready-made."""
+    from ..loading import vary
+
+    found, left_out = {}, {}
+    for entry in sorted(listing, key=lambda e: e.get("last_used") or 0, reverse=True):
+        meta = entry.get("meta") or {}
+        if vary.MARKER in meta:
+            continue  # a marker: no object
+        if meta.get("pickler") == "dill":
+            left_out[entry["entry_id"]] = "a class of it travels by value, which a child maps to its own live class"
+        elif meta.get("argument_aliases") or meta.get("argument_memo"):
+            left_out[entry["entry_id"]] = _HOLDS_ARGUMENTS
+        else:
+            found[entry["key"]] = entry["entry_id"]
+    return found, left_out
+
+
+_HOLDS_ARGUMENTS = "it holds objects of the call's own arguments, which only the caller has"
+
+
+def trial(entry: dict, fds: dict[str, int]) -> str | None:
+    """Rebuild ``entry`` in a throwaway fork of this process; why a child could not take it ready-made, or None.
+    The fds stay open here."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the trial: report on the pipe, then end without running anything of the template's
+        os.close(read_end)
+        try:
+            why = _trial_in_child(entry, fds)
+        except BaseException as exc:
+            why = f"the rebuild failed ({type(exc).__name__}: {exc})"
+        try:
+            os.write(write_end, json.dumps({"why": why}).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    try:
+        data = b""
+        while True:
+            chunk = os.read(read_end, 65536)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(read_end)
+        os.waitpid(pid, 0)
+    try:
+        return json.loads(data)["why"]
+    except (ValueError, KeyError):
+        return "the trial rebuild ended without a verdict"
+
+
+def _installed(module) -> bool:
+    """Whether ``module`` is the standard library's or an installed distribution's (not the user's own code)."""
+    from ..keys.code_identity import under_installed_root
+
+    path = getattr(module, "__file__", None)
+    return not isinstance(path, str) or under_installed_root(path)
+
+
+def _trial_in_child(entry: dict, fds: dict[str, int]) -> str | None:
+    import tempfile
+
+    from ..entries import arguments_ref
+    from ..loading import randomness
+    from .template import fork_problem
+
+    modules, generators = set(sys.modules), randomness.snapshot()
+    with tempfile.TemporaryFile() as output:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os.dup2(output.fileno(), 1)
+        os.dup2(output.fileno(), 2)
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                codec.decode(entry, dict(fds))
+        except arguments_ref.ArgumentMismatch:
+            return _HOLDS_ARGUMENTS
+        finally:
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+        printed = os.fstat(output.fileno()).st_size
+    own = sorted(name for name in set(sys.modules) - modules
+                 if not (name.startswith("overmind") or _installed(sys.modules[name])))  # (overmind's own: an
+    # editable install of it is no user code)
+    if own:
+        return f"its rebuild imports {', '.join(own[:3])}{' ...' if len(own) > 3 else ''}, code of the user's " \
+               f"own rather than an installed package"
+    moved = randomness.moved(generators)
+    if moved:
+        return f"its rebuild draws from {', '.join(moved)}"
+    if caught:
+        return f"its rebuild warns ({caught[0].category.__name__}: {caught[0].message})"
+    if printed:
+        return "its rebuild writes output (a log record)"
+    return fork_problem()

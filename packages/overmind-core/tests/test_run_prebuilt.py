@@ -1,0 +1,194 @@
+"""Objects an ``overmind run`` template builds ahead (``runner/prebuild.py``): a child's hit that takes one is
+indistinguishable from a fresh hit in a plain ``python`` process (values, classes, dtypes, a new object per call,
+the random generators afterwards, the loader's warnings), an entry that changed or left the server is never
+served from the template, and what a child could not take ready-made is left out, saying why. Real template,
+server, processes and a tiny BERT saved to disk; the template preloads torch and transformers.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from _support import run_support as rs
+from _support import tiny_models
+
+PRELOAD = "torch,transformers"
+
+LOAD = """
+import hashlib, json, logging, sys, warnings
+import overmind
+overmind.activate()
+import torch
+from transformers import BertModel
+
+said = []
+class Said(logging.Handler):
+    def emit(self, record):
+        said.append(record.getMessage())
+logging.getLogger("overmind").addHandler(Said())
+logging.getLogger("overmind").setLevel(logging.INFO)
+
+def digest(model):
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        h.update(name.encode()); h.update(str(t.dtype).encode()); h.update(t.float().numpy().tobytes())
+    return h.hexdigest()
+
+torch.manual_seed(7)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    first = BertModel.from_pretrained(sys.argv[1], torch_dtype=torch.float16)
+after = torch.rand(3).tolist()
+second = BertModel.from_pretrained(sys.argv[1], torch_dtype=torch.float16)
+print(json.dumps({
+    "digest": digest(first), "class": type(first).__qualname__, "dtype": str(first.dtype),
+    "config": first.config.to_dict()["hidden_act"], "after": after,
+    "warnings": sorted(f"{w.category.__name__}: {w.message}" for w in caught),
+    "second_is_new": second is not first and digest(second) == digest(first),
+    "ahead": sum("built ahead by the template" in m for m in said),
+    "hits": sum(m.startswith("hit ") for m in said),
+    "pid": __import__("os").getpid(),
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def rt():
+    with rs.shared_runtime() as path:
+        yield path
+
+
+def _log(rt: str) -> str:
+    try:
+        with open(os.path.join(rt, "templates", "templates.log")) as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def _served(rt, script, model, **extra) -> dict:
+    out = rs.run([script, model], rt, env_extra={"OVERMIND_PRELOAD": PRELOAD, **extra})
+    assert out.returncode == 0 and not rs.warnings_in(out.stderr), out.stderr
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def _plain(rt, script, model) -> dict:
+    out = subprocess.run([sys.executable, script, model], capture_output=True, text=True, timeout=240,
+                         env=rs.env(rt))
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def _built(rt: str, count: int) -> None:
+    rs.wait_for(lambda: _log(rt).count("objects built ahead: built ") >= count, what="the template to build ahead")
+
+
+def test_a_child_takes_the_object_built_ahead_and_it_is_a_fresh_hits_object(rt, tmp_path):
+    model = str(tiny_models.build_bert(tmp_path / "bert", seed=3))
+    script = rs.write(str(tmp_path), "load.py", LOAD)
+    published = _served(rt, script, model)  # the miss publishes; the template builds the entry ahead after it
+    assert published["ahead"] == 0
+    _built(rt, 1)
+    served = _served(rt, script, model)
+    assert served["ahead"] == 1 and served["hits"] == 2, "the first call took the object, the second rebuilt"
+    fresh = _plain(rt, script, model)  # a fresh python process's hit of the same entry
+    assert fresh["ahead"] == 0 and fresh["hits"] == 2
+    for field in ("digest", "class", "dtype", "config", "after", "warnings", "second_is_new"):
+        assert served[field] == fresh[field], field
+    assert served["second_is_new"]
+    assert served["digest"] == published["digest"] and served["after"] == published["after"]
+    again = _served(rt, script, model)
+    assert again["ahead"] == 1 and again["pid"] != served["pid"], "every child takes its own copy"
+
+
+def test_a_changed_checkpoint_and_an_evicted_entry_are_never_served_from_the_template(rt, tmp_path):
+    model = tiny_models.build_bert(tmp_path / "bert", seed=4)
+    script = rs.write(str(tmp_path), "load.py", LOAD)
+    before = _log(rt).count("objects built ahead: built ")
+    _served(rt, script, str(model))
+    _built(rt, before + 1)
+    tiny_models.build_bert(model, seed=5)  # other weights, same folder
+    changed = _served(rt, script, str(model))
+    assert changed["ahead"] == 0
+    assert changed["digest"] == _plain(rt, script, str(model))["digest"]
+
+    subprocess.run([rs.OVERMIND, "evict", "--all"], env=rs.env(rt), check=True, capture_output=True, timeout=60)
+    rs.wait_for(lambda: "objects built ahead: dropped" in _log(rt), what="the template to drop what was evicted")
+    republished = _served(rt, script, str(model))
+    assert republished["ahead"] == 0 and republished["hits"] == 1  # a miss, then a hit of the new entry
+    assert republished["digest"] == changed["digest"]
+
+
+USES_ARGUMENT = """
+import json, sys
+import overmind
+overmind.activate()
+import torch
+
+def attach(model, size):
+    return {"model": model, "extra": torch.ones(size)}
+
+model = torch.nn.Linear(2, 2)
+out = overmind.load(attach, model, int(sys.argv[1]))
+print(json.dumps({"same": out["model"] is model}))
+"""
+
+
+def test_what_a_child_cannot_take_ready_made_is_left_out_saying_why(rt, tmp_path):
+    script = rs.write(str(tmp_path), "attach.py", USES_ARGUMENT)
+    for _ in range(2):
+        out = rs.run([script, "5"], rt, env_extra={"OVERMIND_PRELOAD": PRELOAD})
+        assert out.returncode == 0 and json.loads(out.stdout.splitlines()[-1]) == {"same": True}, out.stderr
+    rs.wait_for(lambda: "objects of the call's own arguments" in _log(rt), what="the template to leave it out")
+    out = rs.run([script, "5"], rt, env_extra={"OVERMIND_PRELOAD": PRELOAD})
+    assert json.loads(out.stdout.splitlines()[-1]) == {"same": True}
+
+
+CUSTOM = """
+import json, sys
+import overmind
+overmind.activate()
+sys.path.insert(0, sys.argv[1])
+import custom_model  # the user's own module, beside the script: never imported into a template
+import torch
+
+torch.manual_seed(0)  # Custom() draws its initial weights: seeded, the call is cached (a variant of that state)
+out = overmind.load(custom_model.build, 3)
+print(json.dumps({"class": type(out).__module__ + "." + type(out).__qualname__, "sum": float(out.weight.sum())}))
+"""
+
+MODULE = """
+import torch
+
+class Custom(torch.nn.Linear):
+    pass
+
+def build(size):
+    layer = Custom(size, size)
+    with torch.no_grad():
+        layer.weight.fill_(SCALE)
+    return layer
+
+SCALE = 1.0
+"""
+
+
+def test_an_entry_whose_rebuild_imports_the_users_own_code_is_left_out(rt, tmp_path):
+    code = tmp_path / "code"
+    code.mkdir()
+    rs.write(str(code), "custom_model.py", MODULE)
+    script = rs.write(str(tmp_path), "custom.py", CUSTOM)
+    # the project's folder on PYTHONPATH: the template could import custom_model, and must not
+    extra = {"OVERMIND_PRELOAD": PRELOAD, "PYTHONPATH": os.pathsep.join(filter(None, (
+        str(code), os.environ.get("PYTHONPATH"))))}
+    for _ in range(2):
+        out = rs.run([script, str(code)], rt, env_extra=extra)
+        assert out.returncode == 0 and not rs.warnings_in(out.stderr), out.stderr
+    rs.wait_for(lambda: "custom_model, code of the user's own" in _log(rt), what="the template to say why")
+    rs.write(str(code), "custom_model.py", MODULE.replace("SCALE = 1.0", "SCALE = 2.0"))
+    out = rs.run([script, str(code)], rt, env_extra=extra)
+    assert json.loads(out.stdout.splitlines()[-1]) == {"class": "custom_model.Custom", "sum": 18.0}
