@@ -233,6 +233,10 @@ def rows(cur: dict[str, Result]) -> list[Row]:
             plain, run = g[RUN_MODES[0]], g[RUN_MODES[2]]
             out.append(Row("run", title, "s", median(plain, "ready_s"), None, median(run, "ready_s"),
                            ratio(plain, run, "ready_s"), None, f"{len(plain)}/-/{len(run)}"))
+            if script == "blog":
+                out.append(Row("run", "blog script, `overmind run`: the 4 calls inside the child", "s",
+                               median(plain, "load_s"), None, median(run, "load_s"), ratio(plain, run, "load_s"),
+                               None, f"{len(plain)}/-/{len(run)}"))
     r = cur.get("zerocopy-fp16")
     if r is not None:
         g = r.data["groups"]
@@ -366,6 +370,15 @@ def run_detail(r: Result) -> str:
         lines += ["", para(f"Start to ready, pair by pair: `python` without Overmind / `overmind run` "
                            f"{cell(speed, 'x')}, `python` with the warm cache / `overmind run` {cell(warm, 'x')}. "
                            f"{len(g[RUN_MODES[0]])} processes of each.")]
+        out.append("\n".join(lines))
+    launch = r.data["groups"].get("launcher")
+    if launch:
+        modes = list(launch)
+        lines = ["| launcher (s) | " + " | ".join(f"`{m}`" for m in modes) + " |", "|---|---:|---:|",
+                 "| process start to exit | " + " | ".join(spread(launch[m], "process_s", "s") for m in modes) + " |",
+                 "", para(f"The launcher and the child's set-up alone (template warm): `{modes[1]}` / `{modes[0]}` "
+                          f"{cell(ratio(launch[modes[1]], launch[modes[0]], 'process_s'), 'x')}, pair by pair, "
+                          f"{len(launch[modes[0]])} processes of each.")]
         out.append("\n".join(lines))
     return "\n\n".join(out + [para(source(r))])
 

@@ -84,13 +84,47 @@ def one_script(h, tag: str, script: str, argv: list[str], n: int, env: dict) -> 
     return text, groups
 
 
+LAUNCH_MODES = ("python -c pass", "overmind run -c pass")
+LAUNCH_REPS = 10  # per repetition of the scenario: a launch is short, its spread is the host's
+
+
+def launcher(h: harness.Harness, n: int) -> tuple[str, dict]:
+    """``overmind run -c pass`` against ``python -c pass``, alternated, ``n`` x LAUNCH_REPS pairs, template
+    warm: what the launcher and the child's set-up cost before a program's first line and after its last."""
+    groups: dict[str, list[dict]] = {m: [] for m in LAUNCH_MODES}
+    commands = {LAUNCH_MODES[0]: [sys.executable, "-c", "pass"], LAUNCH_MODES[1]: [OVERMIND, "run", "-c", "pass"]}
+    with h.runtime() as rt:
+        env = h._env("overmind", rt, {})
+        try:
+            subprocess.run(commands[LAUNCH_MODES[1]], env=env, check=True, timeout=h.timeout)  # starts the template
+            for i in range(n * LAUNCH_REPS):
+                for mode in (LAUNCH_MODES if i % 2 == 0 else LAUNCH_MODES[::-1]):
+                    t0 = time.perf_counter()
+                    out = subprocess.run(commands[mode], env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                                         text=True, timeout=h.timeout)
+                    wall = time.perf_counter() - t0
+                    if out.returncode != 0 or out.stderr:
+                        raise harness.ChildFailed(f"{commands[mode]} exited {out.returncode}: {out.stderr[-2000:]}")
+                    groups[mode].append({"process_s": wall, "mode_name": mode})
+        finally:
+            subprocess.run([OVERMIND, "stop"], env={**os.environ, "OVERMIND_RUNTIME_DIR": rt},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+    print(f"  launcher: {n * LAUNCH_REPS} pairs", file=sys.stderr, flush=True)
+    ratios = [("launch: overmind run -c pass / python -c pass",
+               report.pair_ratios(groups[LAUNCH_MODES[1]], groups[LAUNCH_MODES[0]], "process_s"))]
+    measures = [("process_s", "process start to exit", "s")]
+    return "launcher\n\n" + report.table(groups, measures) + "\n\n" + report.ratio_table(ratios), groups
+
+
 def scenario(h: harness.Harness, paths: dict, n: int) -> tuple[str, dict]:
-    """The blog (fp16 checkpoint) and MiniLM, ``n`` repetitions each; returns (markdown, samples)."""
+    """The blog (fp16 checkpoint) and MiniLM, ``n`` repetitions each, and the launcher alone; returns (markdown,
+    samples)."""
     uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     blog_argv = [paths["sd15-fp16"], paths["controlnet-depth"], paths["controlnet-edge"]]
     blog_text, blog = one_script(h, "blog fp16", os.path.join(HERE, "blog.py"), blog_argv, n, {})
     minilm_text, minilm = one_script(h, "MiniLM", os.path.join(HERE, "minilm.py"), [], n,
                                      {"OVERMIND_PRELOAD": "+sentence_transformers"})
+    launch_text, launch = launcher(h, n)
     after = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    text = f"{blog_text}\n\n{minilm_text}\n\n`uptime` before: {uptime}; after: {after}"
-    return text, {"blog": blog, "minilm": minilm, "uptime": [uptime, after]}
+    text = f"{blog_text}\n\n{minilm_text}\n\n{launch_text}\n\n`uptime` before: {uptime}; after: {after}"
+    return text, {"blog": blog, "minilm": minilm, "launcher": launch, "uptime": [uptime, after]}

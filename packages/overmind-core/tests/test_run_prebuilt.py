@@ -123,29 +123,51 @@ def test_a_changed_checkpoint_and_an_evicted_entry_are_never_served_from_the_tem
     assert republished["digest"] == changed["digest"]
 
 
-USES_ARGUMENT = """
-import json, sys
+USES_ARGUMENTS = """
+import json, logging, sys
 import overmind
 overmind.activate()
 import torch
 
-def attach(model, size):
-    return {"model": model, "extra": torch.ones(size)}
+said = []
+class Said(logging.Handler):
+    def emit(self, record):
+        said.append(record.getMessage())
+logging.getLogger("overmind").addHandler(Said())
+logging.getLogger("overmind").setLevel(logging.INFO)
 
-model = torch.nn.Linear(2, 2)
-out = overmind.load(attach, model, int(sys.argv[1]))
-print(json.dumps({"same": out["model"] is model}))
+def attach(model, parts, size):
+    return {"model": model, "parts": [parts[1], parts[0]], "extra": torch.ones(size)}
+
+def paired(model, size):
+    return (model, torch.ones(size))  # a tuple: the caller's object cannot be put back into a built one
+
+torch.manual_seed(0)  # the same weights in every run: the same key
+model, a, b = torch.nn.Linear(2, 2), torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)
+out = overmind.load(attach, model, [a, b], 5)
+pair = overmind.load(paired, model, 4)
+other = torch.nn.Linear(2, 2)
+with torch.no_grad():
+    other.weight.copy_(model.weight); other.bias.copy_(model.bias)
+again = overmind.load(attach, other, [a, b], 5)  # equal arguments, other objects: the call's own come back
+print(json.dumps({"same": out["model"] is model and out["parts"][0] is b and out["parts"][1] is a,
+                  "again": again["model"] is other and again["model"] is not model,
+                  "pair": pair[0] is model, "extra": out["extra"].tolist(),
+                  "ahead": sum("built ahead by the template" in m for m in said)}))
 """
 
 
-def test_what_a_child_cannot_take_ready_made_is_left_out_saying_why(rt, tmp_path):
-    script = rs.write(str(tmp_path), "attach.py", USES_ARGUMENT)
-    for _ in range(2):
-        out = rs.run([script, "5"], rt, env_extra={"OVERMIND_PRELOAD": PRELOAD})
-        assert out.returncode == 0 and json.loads(out.stdout.splitlines()[-1]) == {"same": True}, out.stderr
-    rs.wait_for(lambda: "objects of the call's own arguments" in _log(rt), what="the template to leave it out")
-    out = rs.run([script, "5"], rt, env_extra={"OVERMIND_PRELOAD": PRELOAD})
-    assert json.loads(out.stdout.splitlines()[-1]) == {"same": True}
+def test_a_result_holding_the_calls_arguments_gets_the_taking_calls_own_objects(rt, tmp_path):
+    script = rs.write(str(tmp_path), "attach.py", USES_ARGUMENTS)
+    before = _log(rt).count("objects built ahead: built ")
+    first = rs.run([script], rt, env_extra={"OVERMIND_PRELOAD": PRELOAD})
+    assert first.returncode == 0, first.stderr
+    _built(rt, before + 1)
+    rs.wait_for(lambda: "held by a tuple" in _log(rt), what="the template to leave the tuple out, saying why")
+    out = rs.run([script], rt, env_extra={"OVERMIND_PRELOAD": PRELOAD})
+    assert out.returncode == 0 and not rs.warnings_in(out.stderr), out.stderr
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert got == {"same": True, "again": True, "pair": True, "extra": [1.0] * 5, "ahead": 1}, got
 
 
 CUSTOM = """

@@ -135,6 +135,20 @@ def resolve(arguments: Mapping[str, Any] | None, path: Iterable, expected_type: 
     return obj
 
 
+class Placeholder:
+    """Where a rebuild ahead of the call (an ``overmind run`` template's, ``entries/prebuilt.py``) meets an argument
+    it cannot know yet: the call's object at ``path`` goes here once the call is made."""
+
+    __slots__ = ("path", "expected_type")
+
+    def __init__(self, path: Iterable, expected_type: str) -> None:
+        self.path, self.expected_type = tuple(path), expected_type
+
+    def resolve(self, arguments: Mapping[str, Any] | None) -> Any:
+        """The call's object for this place (:func:`resolve`)."""
+        return resolve(arguments, self.path, self.expected_type)
+
+
 def check_aliases(arguments: Mapping[str, Any] | None, groups: Iterable[Iterable[Iterable]]) -> None:
     """Objects passed at several paths in the publishing call must be one object in this call too (else the
     plain call could hold either, and nothing says which)."""

@@ -151,10 +151,12 @@ def decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None = 
     return decode_sized(entry, fds, arguments)[0]
 
 
-def decode_sized(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None = None) -> tuple[Any, int]:
-    """:func:`decode`, and the size of the entry's skeleton in bytes (what the rebuilt objects weigh, roughly)."""
+def decode_sized(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None = None,
+                 placeholders: list | None = None) -> tuple[Any, int]:
+    """:func:`decode`, and the size of the entry's skeleton in bytes (what the rebuilt objects weigh, roughly).
+    ``placeholders``: a rebuild ahead of the call, without its arguments (``entries/prebuilt.py``)."""
     with gc_pause.paused(), _outside_inference_mode():
-        obj, skeleton_bytes = _decode(entry, fds, arguments)
+        obj, skeleton_bytes = _decode(entry, fds, arguments, placeholders)
     if skeleton_bytes >= heap_trim.TRIM_AFTER_BYTES:
         heap_trim.trim()  # the rebuild's temporaries (a tokenizer's vocabulary) back to the system
     return obj, skeleton_bytes
@@ -166,7 +168,8 @@ def _outside_inference_mode() -> contextlib.AbstractContextManager:
     return torch.inference_mode(False) if torch.is_inference_mode_enabled() else contextlib.nullcontext()
 
 
-def _decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None) -> tuple[Any, int]:
+def _decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None,
+            placeholders: list | None = None) -> tuple[Any, int]:
     try:
         maps = {entry_id: reader.map_entry(entry_id, fd) for entry_id, fd in fds.items()}
         redirects = dedup.Redirects(entry, fds)  # storages whose bytes another entry holds (entries/dedup.py)
@@ -184,9 +187,10 @@ def _decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None) 
 
     skeleton = own.skeleton()
     obj = pickling.loads(skeleton, redirects.wrap(storage_source), meta.get("pickler", "pickle"), arguments,
-                         list(meta.get("argument_aliases") or ()), list(meta.get("argument_memo") or ()))
+                         list(meta.get("argument_aliases") or ()), list(meta.get("argument_memo") or ()),
+                         placeholders)
     obj = hooks.after_unpickle(obj, adapters_meta)
-    if arguments_ref.ArgumentIndex(arguments).path_of(obj) is None:
+    if arguments_ref.ArgumentIndex(arguments).path_of(obj) is None and not isinstance(obj, arguments_ref.Placeholder):
         # (an argument returned as it was keeps its own origin)
         provenance.remember_origin(obj, entry["key"], _config_form)
     return obj, len(skeleton)

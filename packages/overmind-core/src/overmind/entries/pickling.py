@@ -381,11 +381,13 @@ class _StorageLoader:
     argument references with the current call's objects."""
 
     def __init__(self, storage_source: Callable[[Any, int, int], torch.UntypedStorage],
-                 arguments: Mapping[str, Any] | None = None, memo_arguments: list | tuple[()] = ()):
+                 arguments: Mapping[str, Any] | None = None, memo_arguments: list | tuple[()] = (),
+                 placeholders: list | None = None):
         self._source = storage_source
         self._built: dict[tuple, torch.UntypedStorage] = {}
         self._arguments = arguments
         self._memo_arguments = memo_arguments  # what _memo_prefix's (i,) ids stand for
+        self._placeholders = placeholders  # a rebuild ahead of the call: arguments become placeholders here
 
     def __call__(self, pid):
         # Called once per storage of the entry (~1,800 for a pipeline): the common kind first.
@@ -406,6 +408,9 @@ class _StorageLoader:
             return self._memo_arguments[kind]
         if kind == "arg":
             _, path, type_name = pid
+            if self._placeholders is not None:
+                self._placeholders.append(arguments_ref.Placeholder(path, type_name))
+                return self._placeholders[-1]
             return arguments_ref.resolve(self._arguments, path, type_name)
         if kind == "meta":
             _, nbytes, dtype = pid
@@ -443,17 +448,26 @@ _DillUnpickler = _unpickler_class(dill.Unpickler)
 
 def loads(skeleton, storage_source: Callable[[Any, int, int], torch.UntypedStorage], pickler: str = "pickle",
           arguments: Mapping[str, Any] | None = None, argument_aliases: list | tuple[()] = (),
-          argument_memo: list | tuple[()] = ()) -> Any:
+          argument_memo: list | tuple[()] = (), placeholders: list | None = None) -> Any:
     """Rebuild an object from ``skeleton``; ``storage_source(where, offset, nbytes)`` gives each storage.
 
     ``pickler`` is :attr:`Pickled.pickler` of the dump: a dill dump is read with dill's unpickler, which
     resolves the classes dill pickled by value. ``arguments`` are this call's bound arguments, and
     ``argument_aliases`` and ``argument_memo`` the dump's :attr:`Pickled.argument_aliases` and
     :attr:`Pickled.argument_memo`: the objects the skeleton names as arguments are taken from there
-    (:class:`~overmind.entries.arguments_ref.ArgumentMismatch` if they do not fit).
+    (:class:`~overmind.entries.arguments_ref.ArgumentMismatch` if they do not fit). ``placeholders``: a rebuild
+    ahead of the call (``entries/prebuilt.py``); each argument becomes an
+    :class:`~overmind.entries.arguments_ref.Placeholder`, appended to this list.
     """
-    arguments_ref.check_aliases(arguments, argument_aliases)
     cls = _DillUnpickler if pickler == "dill" else _CUnpickler
+    if placeholders is not None:
+        memo_arguments: list = []
+        for path, type_name, used in argument_memo:
+            if used:
+                placeholders.append(arguments_ref.Placeholder(path, type_name))
+            memo_arguments.append(placeholders[-1] if used else None)
+        return cls(io.BytesIO(skeleton), _StorageLoader(storage_source, None, memo_arguments, placeholders)).load()
+    arguments_ref.check_aliases(arguments, argument_aliases)
     # this call's containers for the memo indexes the dump gave the first call's (one the skeleton cannot refer to
     # is a placeholder that keeps the numbering)
     memo_arguments = [arguments_ref.resolve(arguments, path, type_name) if used else None

@@ -144,7 +144,11 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
             variant = key.CacheKey(variant_key, ck.summary, ck.ambient, ck.described)
             return _cached_call(loader, variant, args, kwargs, recheck, arguments, vary=names)
         try:
-            obj = prebuilt.take(ck.key, res.entry["entry_id"])  # an 'overmind run' template's, built ahead
+            try:
+                obj = prebuilt.take(ck.key, res.entry["entry_id"], arguments)  # an 'overmind run' template's
+            except BaseException:
+                res.close()
+                raise
             ahead = obj is not prebuilt.NOTHING
             if ahead:
                 res.close()

@@ -11,8 +11,9 @@ Which entries: the server's listing, most recently used first, within a budget o
 whose class travels by value (``dill``: a child maps it to its own live class), and whatever fails its trial.
 
 The trial: each entry is first rebuilt in a throwaway fork of the template, and left out if that rebuild needs
-anything a child could not take ready-made: the call's own arguments (``pipe.vae is vae``: only the caller has
-them), a module of the user's own code (an installed package's module is imported into the template, watched
+anything a child could not take ready-made: an argument of the call held where the call's own object cannot be
+put back (``pipe.vae is vae``: the rebuild holds a placeholder for it, ``entries/prebuilt.py``), a module of the
+user's own code (an installed package's module is imported into the template, watched
 like the preloaded ones, :mod:`.sources`, and listed for the launcher's shadowing check), a draw from a global
 random generator, any output (a warning, a log record: a fresh rebuild in the child shows it), or a thread or
 CUDA (the template could not fork any more). A trial's verdict is remembered for its entry.
@@ -128,12 +129,13 @@ class Builder:
             res.close()
             self.left_out[entry_id] = why
             return 0
+        placeholders: list = []
         try:
-            obj, size = codec.decode_sized(res.entry, res.fds)  # closes the fds
+            obj, size = codec.decode_sized(res.entry, res.fds, placeholders=placeholders)  # closes the fds
+            prebuilt.hold(key, entry_id, obj, placeholders, (res.entry.get("meta") or {}).get("argument_aliases"))
         except Exception as exc:  # the trial passed; a second rebuild should too
             self.left_out[entry_id] = f"{type(exc).__name__}: {exc}"
             return 0
-        prebuilt.hold(key, entry_id, obj)
         self.sizes[key] = size
         return size
 
@@ -150,14 +152,9 @@ def _candidates(listing: list[dict]) -> tuple[dict[str, str], dict[str, str]]:
             continue  # a marker: no object
         if meta.get("pickler") == "dill":
             left_out[entry["entry_id"]] = "a class of it travels by value, which a child maps to its own live class"
-        elif meta.get("argument_aliases") or meta.get("argument_memo"):
-            left_out[entry["entry_id"]] = _HOLDS_ARGUMENTS
         else:
             found[entry["key"]] = entry["entry_id"]
     return found, left_out
-
-
-_HOLDS_ARGUMENTS = "it holds objects of the call's own arguments, which only the caller has"
 
 
 def trial(entry: dict, fds: dict[str, int]) -> str | None:
@@ -203,7 +200,6 @@ def _installed(module) -> bool:
 def _trial_in_child(entry: dict, fds: dict[str, int]) -> str | None:
     import tempfile
 
-    from ..entries import arguments_ref
     from ..loading import randomness
     from .template import fork_problem
 
@@ -213,16 +209,18 @@ def _trial_in_child(entry: dict, fds: dict[str, int]) -> str | None:
             stream.flush()
         os.dup2(output.fileno(), 1)
         os.dup2(output.fileno(), 2)
+        placeholders: list = []
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                codec.decode(entry, dict(fds))
-        except arguments_ref.ArgumentMismatch:
-            return _HOLDS_ARGUMENTS
+                obj, _size = codec.decode_sized(entry, dict(fds), placeholders=placeholders)
         finally:
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()
         printed = os.fstat(output.fileno()).st_size
+    places = prebuilt.places(obj, placeholders)
+    if isinstance(places, str):
+        return places
     own = sorted(name for name in set(sys.modules) - modules
                  if not (name.startswith("overmind") or _installed(sys.modules[name])))  # (overmind's own: an
     # editable install of it is no user code)
