@@ -190,10 +190,16 @@ def _decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None,
                          list(meta.get("argument_aliases") or ()), list(meta.get("argument_memo") or ()),
                          placeholders)
     obj = hooks.after_unpickle(obj, adapters_meta)
-    if arguments_ref.ArgumentIndex(arguments).path_of(obj) is None and not isinstance(obj, arguments_ref.Placeholder):
-        # (an argument returned as it was keeps its own origin)
-        provenance.remember_origin(obj, entry["key"], _config_form)
+    if not isinstance(obj, arguments_ref.Placeholder):
+        remember_origin(obj, entry["key"], arguments)
     return obj, len(skeleton)
+
+
+def remember_origin(obj: Any, key: str, arguments: dict | None) -> None:
+    """Remember ``obj`` as the object of ``key``'s entry (see :mod:`.provenance`), unless it is one of the call's
+    ``arguments`` returned as it was (which keeps its own origin)."""
+    if arguments_ref.ArgumentIndex(arguments).path_of(obj) is None:
+        provenance.remember_origin(obj, key, _config_form)
 
 
 def _config_form(config: Any) -> str:

@@ -11,9 +11,9 @@ template built it is never served: the hit rebuilds from the entry as always. Ea
 call for the same key in the same process gets a new object, as the plain call would.
 
 An entry that holds objects of the call's arguments (``pipe.vae is vae``) is built with a placeholder for each
-(:class:`~overmind.entries.arguments_ref.Placeholder`), every reference to it found (:func:`places`: only dicts'
-values and lists' items, and only if that accounts for every reference), and the taking call's own objects are
-put there, checked as a rebuild checks them.
+(:class:`~overmind.entries.arguments_ref.Placeholder`), every reference to it found (:func:`places`: only
+dicts' values, lists' items and objects' attributes, and only if that accounts for every reference), and the
+taking call's own objects are put there, checked as a rebuild checks them.
 
 >>> held = take(ck.key, res.entry["entry_id"], arguments)      # in the load flow's hit, before decoding
 >>> obj = codec.decode(...) if held is NOTHING else held
@@ -21,6 +21,7 @@ put there, checked as a rebuild checks them.
 from __future__ import annotations
 
 import gc
+import os
 import sys
 from typing import Any, NamedTuple
 
@@ -37,6 +38,7 @@ class Held(NamedTuple):
     placeholders: list  # arguments_ref.Placeholder, one per argument the rebuild met
     places: list  # (container, key or index, placeholder number): every reference to a placeholder
     aliases: list  # the entry's argument_aliases, checked against the call's arguments
+    environment: dict  # variables the rebuild read, with their values: taken only where they are the same
 
 
 _held: dict[str, Held] = {}  # cache key -> what is held for it
@@ -52,21 +54,28 @@ def take(key: str, entry_id: str, arguments: dict | None = None) -> Any:
     held = _held.pop(key, None)
     if held is None or held.entry_id != entry_id:
         return NOTHING
+    if any(os.environ.get(name) != value for name, value in held.environment.items()):
+        return NOTHING  # the rebuild read a variable this process has otherwise: a rebuild here reads its own
     if held.placeholders:
         arguments_ref.check_aliases(arguments, held.aliases)
         values = [placeholder.resolve(arguments) for placeholder in held.placeholders]
         for container, slot, number in held.places:
             (dict if isinstance(container, dict) else list).__setitem__(container, slot, values[number])
+        from . import codec
+
+        codec.remember_origin(held.obj, key, arguments)  # as the object it now is, with the call's own objects
     return held.obj
 
 
-def hold(key: str, entry_id: str, obj: Any, placeholders: list | None = None, aliases: list | None = None) -> None:
+def hold(key: str, entry_id: str, obj: Any, placeholders: list | None = None, aliases: list | None = None,
+         environment: dict | None = None) -> None:
     """Keep ``obj``, rebuilt from entry ``entry_id`` of ``key``, for a later :func:`take`; ``placeholders``: the
-    arguments the rebuild met (:func:`places` must have found where each one is)."""
+    arguments the rebuild met (:func:`places` must have found where each one is); ``environment``: the variables
+    the rebuild read, with their values."""
     found = places(obj, placeholders or [])
     if isinstance(found, str):
         raise ValueError(found)
-    _held[key] = Held(entry_id, obj, list(placeholders or []), found, list(aliases or []))
+    _held[key] = Held(entry_id, obj, list(placeholders or []), found, list(aliases or []), dict(environment or {}))
 
 
 def places(obj: Any, placeholders: list) -> list | str:
@@ -87,6 +96,11 @@ def places(obj: Any, placeholders: list) -> list | str:
                 slots = [k for k, v in dict.items(ref) if v is placeholders[number]]
             elif isinstance(ref, list):
                 slots = [i for i, v in enumerate(list.__iter__(ref)) if v is placeholders[number]]
+            elif isinstance(getattr(ref, "__dict__", None), dict):
+                # an attribute kept in the object itself (CPython 3.11 keeps a dict only once asked for one):
+                # its __dict__ is the place; a slot beside it leaves the count short, below
+                ref = ref.__dict__
+                slots = [k for k, v in dict.items(ref) if v is placeholders[number]]
             else:
                 return f"an argument is held by a {type(ref).__name__}, where it cannot be put back"
             found.extend((ref, slot, number) for slot in slots)

@@ -13,10 +13,13 @@ whose class travels by value (``dill``: a child maps it to its own live class), 
 The trial: each entry is first rebuilt in a throwaway fork of the template, and left out if that rebuild needs
 anything a child could not take ready-made: an argument of the call held where the call's own object cannot be
 put back (``pipe.vae is vae``: the rebuild holds a placeholder for it, ``entries/prebuilt.py``), a module of the
-user's own code (an installed package's module is imported into the template, watched
-like the preloaded ones, :mod:`.sources`, and listed for the launcher's shadowing check), a draw from a global
-random generator, any output (a warning, a log record: a fresh rebuild in the child shows it), or a thread or
-CUDA (the template could not fork any more). A trial's verdict is remembered for its entry.
+user's own code (an installed package's module is imported into the template, watched like the preloaded ones,
+:mod:`.sources`, and listed for the launcher's shadowing check), a draw from a global random generator, any
+output (a warning, a log record: a fresh rebuild in the child shows it), or a thread or CUDA (the template could
+not fork any more). What the rebuild read of the environment (a module it imported reads its configuration) is
+recorded: the object is taken only by a child that has the same values, and the template's recorded environment
+grows by them, so that a program with other values gets another template. A trial's verdict is remembered for
+its entry.
 
 When: once the template has imported its preload list (before it freezes the collector's view, so children never
 walk these objects), then on its tick after a quiet moment: objects whose entry left the server or was replaced
@@ -30,6 +33,7 @@ import logging
 import os
 import sys
 import warnings
+from typing import NamedTuple
 
 from .. import settings
 from ..entries import codec, prebuilt
@@ -51,6 +55,9 @@ class Builder:
         self.left_out: dict[str, str] = {}  # entry_id -> why its trial failed
         self.sizes: dict[str, int] = {}  # key -> skeleton bytes of the object held
         self._seen: tuple | None = None  # the server's counts when its entries were last read
+        # the variables the rebuilds read (and the modules they imported, at their import): the template serves
+        # only programs that have the same values (runner/template.py adds them to its recorded environment)
+        self.environment: dict[str, str | None] = {}
 
     def refresh(self) -> list[str]:
         """Drop what no longer matches the server, build what is newly in use; what was done, in words (built,
@@ -121,18 +128,20 @@ class Builder:
             return 0
         entry_id = res.entry["entry_id"]
         try:
-            why = trial(res.entry, res.fds)
+            verdict = trial(res.entry, res.fds)
         except BaseException:
             res.close()
             raise
-        if why is not None:
+        if verdict.why is not None:
             res.close()
-            self.left_out[entry_id] = why
+            self.left_out[entry_id] = verdict.why
             return 0
         placeholders: list = []
         try:
             obj, size = codec.decode_sized(res.entry, res.fds, placeholders=placeholders)  # closes the fds
-            prebuilt.hold(key, entry_id, obj, placeholders, (res.entry.get("meta") or {}).get("argument_aliases"))
+            prebuilt.hold(key, entry_id, obj, placeholders, (res.entry.get("meta") or {}).get("argument_aliases"),
+                          verdict.environment)
+            self.environment.update(verdict.environment)
         except Exception as exc:  # the trial passed; a second rebuild should too
             self.left_out[entry_id] = f"{type(exc).__name__}: {exc}"
             return 0
@@ -157,19 +166,26 @@ def _candidates(listing: list[dict]) -> tuple[dict[str, str], dict[str, str]]:
     return found, left_out
 
 
-def trial(entry: dict, fds: dict[str, int]) -> str | None:
-    """Rebuild ``entry`` in a throwaway fork of this process; why a child could not take it ready-made, or None.
-    The fds stay open here."""
+class Verdict(NamedTuple):
+    """A trial's outcome: why a child could not take the entry's object ready-made (None: it can), and the
+    environment variables the rebuild read, with their values (the object is taken only where they are the same)."""
+
+    why: str | None
+    environment: dict
+
+
+def trial(entry: dict, fds: dict[str, int]) -> Verdict:
+    """Rebuild ``entry`` in a throwaway fork of this process and judge it; the fds stay open here."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the trial: report on the pipe, then end without running anything of the template's
         os.close(read_end)
         try:
-            why = _trial_in_child(entry, fds)
+            verdict = _trial_in_child(entry, fds)
         except BaseException as exc:
-            why = f"the rebuild failed ({type(exc).__name__}: {exc})"
+            verdict = Verdict(f"the rebuild failed ({type(exc).__name__}: {exc})", {})
         try:
-            os.write(write_end, json.dumps({"why": why}).encode())
+            os.write(write_end, json.dumps(verdict._asdict()).encode())
         finally:
             os._exit(0)
     os.close(write_end)
@@ -184,32 +200,24 @@ def trial(entry: dict, fds: dict[str, int]) -> str | None:
         os.close(read_end)
         os.waitpid(pid, 0)
     try:
-        return json.loads(data)["why"]
-    except (ValueError, KeyError):
-        return "the trial rebuild ended without a verdict"
+        return Verdict(**json.loads(data))
+    except (ValueError, TypeError):
+        return Verdict("the trial rebuild ended without a verdict", {})
 
 
-def _installed(module) -> bool:
-    """Whether ``module`` is the standard library's or an installed distribution's (not the user's own code)."""
-    from ..keys.code_identity import under_installed_root
-
-    path = getattr(module, "__file__", None)
-    return not isinstance(path, str) or under_installed_root(path)
-
-
-def _trial_in_child(entry: dict, fds: dict[str, int]) -> str | None:
+def _trial_in_child(entry: dict, fds: dict[str, int]) -> Verdict:
     import tempfile
 
     from ..loading import randomness
-    from .template import fork_problem
+    from .envkey import EnvRecorder
 
     modules, generators = set(sys.modules), randomness.snapshot()
-    with tempfile.TemporaryFile() as output:
+    placeholders: list = []
+    with tempfile.TemporaryFile() as output, EnvRecorder() as environment:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         os.dup2(output.fileno(), 1)
         os.dup2(output.fileno(), 2)
-        placeholders: list = []
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -218,20 +226,32 @@ def _trial_in_child(entry: dict, fds: dict[str, int]) -> str | None:
             for stream in (sys.stdout, sys.stderr):
                 stream.flush()
         printed = os.fstat(output.fileno()).st_size
+    # what the rebuild read of the environment (Overmind's own variables say how it rebuilds, not what)
+    read = {k: v for k, v in environment.read.items() if not k.startswith("OVERMIND_")}
     places = prebuilt.places(obj, placeholders)
     if isinstance(places, str):
-        return places
+        return Verdict(places, read)
     own = sorted(name for name in set(sys.modules) - modules
-                 if not (name.startswith("overmind") or _installed(sys.modules[name])))  # (overmind's own: an
-    # editable install of it is no user code)
+                 if not (name.startswith("overmind") or _installed(sys.modules[name])))  # (an editable install of
+    # overmind is no user code)
     if own:
-        return f"its rebuild imports {', '.join(own[:3])}{' ...' if len(own) > 3 else ''}, code of the user's " \
-               f"own rather than an installed package"
+        return Verdict(f"its rebuild imports {', '.join(own[:3])}{' ...' if len(own) > 3 else ''}, code of the "
+                       f"user's own rather than an installed package", read)
     moved = randomness.moved(generators)
     if moved:
-        return f"its rebuild draws from {', '.join(moved)}"
+        return Verdict(f"its rebuild draws from {', '.join(moved)}", read)
     if caught:
-        return f"its rebuild warns ({caught[0].category.__name__}: {caught[0].message})"
+        return Verdict(f"its rebuild warns ({caught[0].category.__name__}: {caught[0].message})", read)
     if printed:
-        return "its rebuild writes output (a log record)"
-    return fork_problem()
+        return Verdict("its rebuild writes output (a log record)", read)
+    from .template import fork_problem
+
+    return Verdict(fork_problem(), read)
+
+
+def _installed(module) -> bool:
+    """Whether ``module`` is the standard library's or an installed distribution's (not the user's own code)."""
+    from ..keys.code_identity import under_installed_root
+
+    path = getattr(module, "__file__", None)
+    return not isinstance(path, str) or under_installed_root(path)

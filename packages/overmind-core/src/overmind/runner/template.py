@@ -87,27 +87,26 @@ class Template:
                 sys.path.insert(0, first)
             if forced_blas:
                 os.environ.pop("OPENBLAS_NUM_THREADS", None)
+        from ..adapter import version_of
+        from ..keys import code_identity
+        from .prebuild import Builder
+        from .sources import SourceWatch
+        from .threads import find_setters
+
+        find_setters()
+        self.sources = SourceWatch()  # after the imports: watches the files of every module imported
+        self.sel.register(self.sources, selectors.EVENT_READ, ("sources", None))
+        for dist in code_identity.read_imported():  # what a load's key asks of the installed distributions, once
+            version_of(dist)
+        self.builder = Builder(self.runtime_dir)
+        self._build_ahead()  # before the freeze below: the children never walk these objects either
         recorded = {k: v for k, v in recorder.read.items() if k not in ("OPENBLAS_NUM_THREADS",)}
+        recorded.update(self.builder.environment)  # what the objects built ahead read (prebuild.py)
         environment = {"read": recorded, "native": self.native}
         env_id = envkey.key_id(environment)[:8]
         self.id = f"{self.base_id}-{env_id}"
         self.socket_path = os.path.join(self.directory, self.id + ".sock")
         self.info_path = os.path.join(self.directory, self.id + ".json")
-        from .sources import SourceWatch
-        from .threads import find_setters
-
-        find_setters()
-
-        self.sources = SourceWatch()  # after the imports: watches the files of every module imported
-        self.sel.register(self.sources, selectors.EVENT_READ, ("sources", None))
-        from ..adapter import version_of
-        from ..keys import code_identity
-        from .prebuild import Builder
-
-        for dist in code_identity.read_imported():  # what a load's key asks of the installed distributions, once
-            version_of(dist)
-        self.builder = Builder(self.runtime_dir)
-        self._build_ahead()  # before the freeze below: the children never walk these objects either
         gc.collect()
         gc.freeze()
         self.info = {
@@ -245,12 +244,18 @@ class Template:
         anything changed."""
         changes = self.builder.refresh()
         built = any(not change.startswith("left out") for change in changes)
+        if any(change.startswith("dropped") for change in changes):
+            # what was dropped may hold reference cycles, which a frozen collector never frees: one full
+            # collection (the caller freezes again)
+            gc.unfreeze()
+            gc.collect()
         if built:  # what the rebuilds imported is watched, and shadowing checked, like the preloaded modules
             self.sources.watch_imported()
             if getattr(self, "info", None) is not None and self.info.get("pid") == os.getpid():
                 from . import registry
 
                 self.info["top_level"] = top_level_modules()
+                self.info["environment"]["read"].update(self.builder.environment)
                 registry.write_info(self.info_path, self.info)
         for change in changes:
             print(f"overmind template {os.getpid()}: objects built ahead: {change}", file=sys.stderr, flush=True)
