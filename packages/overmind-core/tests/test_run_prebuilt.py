@@ -38,18 +38,29 @@ def digest(model):
         h.update(name.encode()); h.update(str(t.dtype).encode()); h.update(t.float().numpy().tobytes())
     return h.hexdigest()
 
+def warns(size):
+    warnings.warn("a loader's own warning", FutureWarning)
+    return {"weights": torch.ones(size)}
+
+def draws(size):  # a loader that draws: its entry is the variant of the generator's state before the call
+    return {"weights": torch.rand(size)}
+
 torch.manual_seed(7)
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     first = BertModel.from_pretrained(sys.argv[1], torch_dtype=torch.float16)
+    warned = overmind.load(warns, 3)
+    drawn = overmind.load(draws, 4)
 after = torch.rand(3).tolist()
 second = BertModel.from_pretrained(sys.argv[1], torch_dtype=torch.float16)
 print(json.dumps({
     "digest": digest(first), "class": type(first).__qualname__, "dtype": str(first.dtype),
-    "config": first.config.to_dict()["hidden_act"], "after": after,
+    "config": first.config.to_dict()["hidden_act"], "after": after, "drawn": drawn["weights"].tolist(),
+    "warned": warned["weights"].tolist(),
     "warnings": sorted(f"{w.category.__name__}: {w.message}" for w in caught),
     "second_is_new": second is not first and digest(second) == digest(first),
     "ahead": sum("built ahead by the template" in m for m in said),
+    "bert_ahead": sum("built ahead by the template" in m and "BertModel" in m for m in said),
     "hits": sum(m.startswith("hit ") for m in said),
     "pid": __import__("os").getpid(),
 }))
@@ -87,39 +98,43 @@ def _built(rt: str, count: int) -> None:
     rs.wait_for(lambda: _log(rt).count("objects built ahead: built ") >= count, what="the template to build ahead")
 
 
+def _bert_builds(rt: str) -> int:
+    return sum("objects built ahead: built " in line and "BertModel" in line for line in _log(rt).splitlines())
+
+
 def test_a_child_takes_the_object_built_ahead_and_it_is_a_fresh_hits_object(rt, tmp_path):
     model = str(tiny_models.build_bert(tmp_path / "bert", seed=3))
     script = rs.write(str(tmp_path), "load.py", LOAD)
-    published = _served(rt, script, model)  # the miss publishes; the template builds the entry ahead after it
+    published = _served(rt, script, model)  # the misses publish; the template builds the entries ahead after
     assert published["ahead"] == 0
-    _built(rt, 1)
+    _built(rt, 3)
     served = _served(rt, script, model)
-    assert served["ahead"] == 1 and served["hits"] == 2, "the first call took the object, the second rebuilt"
-    fresh = _plain(rt, script, model)  # a fresh python process's hit of the same entry
-    assert fresh["ahead"] == 0 and fresh["hits"] == 2
-    for field in ("digest", "class", "dtype", "config", "after", "warnings", "second_is_new"):
-        assert served[field] == fresh[field], field
+    assert served["ahead"] == 3 and served["hits"] == 4, "the first calls took the objects, the second BERT rebuilt"
+    fresh = _plain(rt, script, model)  # a fresh python process's hits of the same entries
+    assert fresh["ahead"] == 0 and fresh["hits"] == 4
+    for field in ("digest", "class", "dtype", "config", "after", "drawn", "warned", "warnings", "second_is_new"):
+        assert served[field] == fresh[field] == published[field], field
     assert served["second_is_new"]
-    assert served["digest"] == published["digest"] and served["after"] == published["after"]
+    assert "FutureWarning: a loader's own warning" in served["warnings"], "the loader's warning is issued again"
     again = _served(rt, script, model)
-    assert again["ahead"] == 1 and again["pid"] != served["pid"], "every child takes its own copy"
+    assert again["ahead"] == 3 and again["pid"] != served["pid"], "every child takes its own copy"
 
 
 def test_a_changed_checkpoint_and_an_evicted_entry_are_never_served_from_the_template(rt, tmp_path):
     model = tiny_models.build_bert(tmp_path / "bert", seed=4)
     script = rs.write(str(tmp_path), "load.py", LOAD)
-    before = _log(rt).count("objects built ahead: built ")
+    before = _bert_builds(rt)
     _served(rt, script, str(model))
-    _built(rt, before + 1)
+    rs.wait_for(lambda: _bert_builds(rt) > before, what="the template to build the BERT ahead")
     tiny_models.build_bert(model, seed=5)  # other weights, same folder
     changed = _served(rt, script, str(model))
-    assert changed["ahead"] == 0
+    assert changed["bert_ahead"] == 0, "the BERT whose checkpoint changed is loaded again, never taken ahead"
     assert changed["digest"] == _plain(rt, script, str(model))["digest"]
 
     subprocess.run([rs.OVERMIND, "evict", "--all"], env=rs.env(rt), check=True, capture_output=True, timeout=60)
     rs.wait_for(lambda: "objects built ahead: dropped" in _log(rt), what="the template to drop what was evicted")
     republished = _served(rt, script, str(model))
-    assert republished["ahead"] == 0 and republished["hits"] == 1  # a miss, then a hit of the new entry
+    assert republished["ahead"] == 0 and republished["hits"] == 1  # misses, then a hit of the new BERT entry
     assert republished["digest"] == changed["digest"]
 
 

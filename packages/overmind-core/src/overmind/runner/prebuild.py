@@ -37,6 +37,7 @@ from typing import NamedTuple
 
 from .. import settings
 from ..entries import codec, prebuilt
+from .fork_safety import fork_problem
 
 log = logging.getLogger("overmind")
 
@@ -84,6 +85,7 @@ class Builder:
                 return self._drop_all(f"no server ({type(exc).__name__})")
             self._seen = seen
             wanted, left_out = _candidates(listing)
+            loaders = {e["key"]: (e.get("meta") or {}).get("loader", "a loader") for e in listing}
             for entry_id, why in left_out.items():
                 if entry_id not in self.left_out:
                     self.left_out[entry_id] = why
@@ -92,7 +94,7 @@ class Builder:
                 if wanted.get(key) != entry_id:
                     prebuilt.drop(key)
                     self.sizes.pop(key, None)
-                    changes.append(f"dropped {key[:12]}")
+                    changes.append(f"dropped {key[:12]} ({loaders.get(key, 'no longer on the server')})")
             used = sum(self.sizes.values())
             for key, entry_id in wanted.items():
                 if used >= self.budget:
@@ -102,7 +104,7 @@ class Builder:
                 size = self._build(client, key)
                 if size:
                     used += size
-                    changes.append(f"built {key[:12]} ({size} bytes)")
+                    changes.append(f"built {key[:12]} ({loaders[key]}, {size} bytes)")
                 elif entry_id in self.left_out:
                     changes.append(f"left out {key[:12]}: {self.left_out[entry_id]}")
         finally:
@@ -244,8 +246,6 @@ def _trial_in_child(entry: dict, fds: dict[str, int]) -> Verdict:
         return Verdict(f"its rebuild warns ({caught[0].category.__name__}: {caught[0].message})", read)
     if printed:
         return Verdict("its rebuild writes output (a log record)", read)
-    from .template import fork_problem
-
     return Verdict(fork_problem(), read)
 
 

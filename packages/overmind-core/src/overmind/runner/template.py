@@ -33,6 +33,8 @@ import socket
 import sys
 import time
 
+from .fork_safety import fork_problem
+
 ENV_IDLE = "OVERMIND_TEMPLATE_IDLE"
 DEFAULT_IDLE_S = 3600.0
 _TICK_S = 2.0
@@ -394,29 +396,6 @@ def top_level_modules() -> list[str]:
 
 def thread_count() -> int:
     return len(os.listdir("/proc/self/task"))
-
-
-def fork_problem() -> str | None:
-    """Why this process must not fork now (more than one thread, CUDA initialised), or None."""
-    tasks = os.listdir("/proc/self/task")
-    if len(tasks) > 1:
-        names = []
-        for tid in sorted(tasks, key=int):
-            try:
-                with open(f"/proc/self/task/{tid}/comm") as f:
-                    names.append(f"{tid} {f.read().strip()}")
-            except OSError:
-                names.append(tid)
-        return (f"has {len(tasks)} threads ({', '.join(names)}); a fork would copy only one of them and any "
-                f"lock the others hold would stay locked in the program. A preloaded library started a "
-                f"thread when imported: take it off the preload list (OVERMIND_PRELOAD, [tool.overmind] preload "
-                f"in pyproject.toml), then run 'overmind stop'")
-    torch = sys.modules.get("torch")
-    cuda = getattr(torch, "cuda", None)
-    if cuda is not None and getattr(cuda, "is_initialized", lambda: False)():
-        return ("has initialised CUDA, which a forked child cannot use; a preloaded library called into CUDA "
-                "when imported: take it off the preload list")
-    return None
 
 
 def _accepts(path: str) -> bool:
