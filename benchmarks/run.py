@@ -17,6 +17,8 @@ Scenarios (each process is fresh; plain and Overmind alternate, the order flippi
     sfast                  a small SD pipeline compiled with stable-fast and warmed up
     gpu                    (needs CUDA; not in "all") pipe.to('cuda') after plain / warm / warm + pinned
     run                    (not in "all") the blog and MiniLM scripts end to end, warm cache: python vs overmind run
+    memory-run             (not in "all") 8 processes hold the pipeline after touching every weight, fresh python
+                           processes vs overmind run children: sum of PSS with the server and the template
     zerocopy-fp16          the blog-first warm load with the compiled extension against the pure-Python twins
                            (OVERMIND_ZEROCOPY=c / python, alternated), and plain: what a torch the installed
                            extension was not built for costs until 'overmind build-native'
@@ -320,18 +322,26 @@ def run_one(name: str, h, scale: str, n: int) -> tuple[str, dict]:
                        ("times.first_call", "first call after ready", "s"), ("times.load", "load", "s"),
                        ("times.compile", "compile", "s"), ("times.warmup", "warm-up call", "s")] + common)
     if name == "run":  # benchmarks/scenarios/run.py
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location("run_scenario", os.path.join(SCEN, "run.py"))
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module.scenario(h, paths, n)
+        return _scenario_module("run").scenario(h, paths, n)
+    if name == "memory-run":  # benchmarks/scenarios/run_memory.py
+        return _scenario_module("run_memory").measure(h, paths, n)
     raise SystemExit(f"run.py: unknown scenario {name!r}")
+
+
+def _scenario_module(name: str):
+    """benchmarks/scenarios/NAME.py, loaded by path (the folder also holds the scenarios' own scripts)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"{name}_scenario", os.path.join(SCEN, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 _SD = ("sd15-fp16", "sd15-fp32", "controlnet-depth", "controlnet-edge")
 NEEDS = {**{name: _SD for name in ("blog-fp16", "blog-fp32", "blog-first-fp16", "blog-first-fp32", "first-use-fp16",
-                                   "first-use-fp32", "memory-fp16", "memory-fp32", "gpu", "run", "zerocopy-fp16")},
+                                   "first-use-fp32", "memory-fp16", "memory-fp32", "gpu", "run", "memory-run",
+                                   "zerocopy-fp16")},
          "bnb": ("llama-1b",), "minilm": (), "sfast": ()}  # the fixture folders each scenario reads
 
 ALL = ["blog-fp16", "blog-fp32", "blog-first-fp16", "blog-first-fp32", "first-use-fp16", "first-use-fp32", "memory-fp16", "memory-fp32", "minilm", "bnb",

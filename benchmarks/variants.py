@@ -3,7 +3,8 @@
     python benchmarks/variants.py [--out benchmarks/results]
 
 For each loader (a transformers model, a transformers model with a head the checkpoint lacks, the plain PyTorch
-pattern ``Net(); load_state_dict(torch.load(path))``, a diffusers pipeline), each variant runs as a fresh process
+pattern ``Net(); load_state_dict(torch.load(path))``, a diffusers pipeline; timm's ``create_model`` with
+``--loaders timm`` under ``.venv-timm/bin/python``), each variant runs as a fresh process
 twice against one private server: the first publishes what it can, the second is the measured one. A row says
 whether the second process's load was served from the cache (the ``overmind`` logger's INFO lines: hits and no
 miss) and whether its result and ``torch.randn(4)`` afterwards equal a plain process's of the same variant (the
@@ -50,7 +51,12 @@ LOADERS = {
                                             "overmind.load(rl.load_net, P['net'])"),
     "diffusers pipeline": ("from diffusers import StableDiffusionPipeline",
                            "StableDiffusionPipeline.from_pretrained(P['sd'], safety_checker=None)"),
+    # run with the timm lane's interpreter: .venv-timm/bin/python benchmarks/variants.py --loaders timm
+    "timm": ("import timm",
+             "timm.create_model('test_vit', pretrained=True, num_classes=3, "
+             "pretrained_cfg_overlay=dict(file=P['timm']))"),
 }
+DEFAULT_LOADERS = [name for name in LOADERS if name != "timm"]
 
 CHILD = r'''
 import hashlib, io, json, logging, os, sys, tempfile, threading
@@ -89,19 +95,40 @@ for m in modules:
     for name, t in sorted(m.state_dict().items()):
         h.update(name.encode() + t.detach().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
 text = LOG.getvalue()
+said = text.splitlines()
 print("{mark}" + json.dumps({{"digest": h.hexdigest(), "next": torch.randn(4).tolist(),
-                             "hits": text.count("overmind: hit "), "misses": text.count("overmind: miss ")}}),
-      flush=True)
+                             "hits": sum(m.startswith("hit ") for m in said),
+                             "misses": sum(m.startswith("miss ") for m in said)}}), flush=True)
 '''
 
 
-def _fixtures(root: str) -> dict:
+def _fixtures(root: str, loaders: list[str]) -> dict:
+    """The files ``loaders`` read, each built only when one of them needs it (the timm lane has no transformers)."""
     sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from _support import random_loaders, tiny_models
+    paths = {}
+    if any(name.startswith("transformers") for name in loaders):
+        from _support import tiny_models
 
-    return {"bert": str(tiny_models.build_bert(os.path.join(root, "bert"))),
-            "sd": str(tiny_models.build_sd_pipeline(os.path.join(root, "sd"))),
-            "net": random_loaders.save_net(os.path.join(root, "net.pt"))}
+        paths["bert"] = str(tiny_models.build_bert(os.path.join(root, "bert")))
+    if "diffusers pipeline" in loaders:
+        from _support import tiny_models
+
+        paths["sd"] = str(tiny_models.build_sd_pipeline(os.path.join(root, "sd")))
+    if "plain PyTorch Net + load_state_dict" in loaders:
+        from _support import random_loaders
+
+        paths["net"] = random_loaders.save_net(os.path.join(root, "net.pt"))
+    if "timm" in loaders:
+        import safetensors.torch
+        import timm
+        import torch
+
+        with torch.random.fork_rng():
+            torch.manual_seed(11)
+            model = timm.create_model("test_vit", num_classes=5)
+        paths["timm"] = os.path.join(root, "test_vit.safetensors")
+        safetensors.torch.save_file({k: v.contiguous() for k, v in model.state_dict().items()}, paths["timm"])
+    return paths
 
 
 def _child(loader: str, variant: str, via: str, env: dict) -> dict:
@@ -121,13 +148,14 @@ def _child(loader: str, variant: str, via: str, env: dict) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
-    ap.add_argument("--loaders", help="comma-separated subset of: " + ", ".join(LOADERS))
+    ap.add_argument("--loaders", help="comma-separated subset of: " + ", ".join(LOADERS) + " (default: all but "
+                                      "timm, which runs with the timm lane's interpreter)")
     ap.add_argument("--variants", help="comma-separated subset of: " + ", ".join(VARIANTS))
     args = ap.parse_args(argv)
-    loaders = args.loaders.split(",") if args.loaders else list(LOADERS)
+    loaders = args.loaders.split(",") if args.loaders else DEFAULT_LOADERS
     variants = args.variants.split(",") if args.variants else list(VARIANTS)
     work = tempfile.mkdtemp(prefix="om-variants-")
-    paths = _fixtures(work)
+    paths = _fixtures(work, loaders)
     pythonpath = os.pathsep.join([os.path.join(ROOT, "tests"), os.environ.get("PYTHONPATH", "")])
     base = {**os.environ, "PATHS": json.dumps(paths), "PYTHONPATH": pythonpath, "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1", "OVERMIND_RUNTIME_DIR": os.path.join(work, "rt")}

@@ -1,7 +1,8 @@
 """The declared version ranges say exactly what CI tests: each adapter's ``tested`` range and each
 companion library's tested range (``overmind.cli.compatibility.COMPANIONS``) starts at the oldest lane's release
 (``scripts/requirements-oldest.txt``) and ends before the release after the newest lane's
-(``scripts/requirements.txt``). Bump a pin, and this test names the range to bump with it. ``overmind doctor``
+(``scripts/requirements.txt``); a library that only the timm lane installs (``scripts/requirements-timm.txt``)
+has that lane's release at both ends. Bump a pin, and this test names the range to bump with it. ``overmind doctor``
 reports the installed versions against those ranges."""
 from __future__ import annotations
 
@@ -34,7 +35,11 @@ def _pins(path: Path) -> dict[str, Version]:
 def _lanes() -> tuple[dict[str, Version], dict[str, Version]]:
     """(oldest, newest) pins; torch from scripts/setup, stable-fast from the wheel both lanes install."""
     oldest, newest = _pins(ROOT / "scripts/requirements-oldest.txt"), _pins(ROOT / "scripts/requirements.txt")
-    [torch] = re.findall(r"torch==([\d.]+)", (ROOT / "scripts/setup").read_text())
+    # a library only the timm lane installs (scripts/requirements-timm.txt) is both ends of its range
+    timm_lane = {name: version for name, version in _pins(ROOT / "scripts/requirements-timm.txt").items()
+                 if name not in oldest and name not in newest}
+    oldest, newest = {**timm_lane, **oldest}, {**timm_lane, **newest}
+    [torch] = re.findall(r"^torch_pin=torch==([\d.]+)", (ROOT / "scripts/setup").read_text(), re.M)
     wheels = sorted((ROOT.parent / "shared" / "wheels").glob("stable_fast-*.whl"))
     extra = {"torch": Version(torch)}
     if wheels:

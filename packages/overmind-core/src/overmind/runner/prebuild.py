@@ -36,7 +36,6 @@ import warnings
 from typing import NamedTuple
 
 from .. import settings
-from ..entries import codec, prebuilt
 from .fork_safety import fork_problem
 
 log = logging.getLogger("overmind")
@@ -64,9 +63,10 @@ class Builder:
         """Drop what no longer matches the server, build what is newly in use; what was done, in words (built,
         dropped, left out and why; empty when nothing changed). Never raises: a template serves without objects
         built ahead."""
-        if self.budget <= 0:
-            return []
+        if self.budget <= 0 or "torch" not in sys.modules:
+            return []  # an entry's objects are torch's: a template that did not preload torch builds none ahead
         from ..client.connection import Client
+        from ..entries import prebuilt
 
         changes: list[str] = []
         try:
@@ -112,6 +112,8 @@ class Builder:
         return changes
 
     def _drop_all(self, why: str) -> list[str]:
+        from ..entries import prebuilt
+
         held = list(prebuilt.held())
         for key in held:
             prebuilt.drop(key)
@@ -120,6 +122,8 @@ class Builder:
 
     def _build(self, client, key: str) -> int:
         """Build and hold the object of ``key``'s entry if its trial passes; its skeleton bytes, or 0."""
+        from ..entries import codec, prebuilt
+
         try:
             res = client.get(key, claim=False, wait=False, quiet=True)
         except Exception as exc:
@@ -210,6 +214,7 @@ def trial(entry: dict, fds: dict[str, int]) -> Verdict:
 def _trial_in_child(entry: dict, fds: dict[str, int]) -> Verdict:
     import tempfile
 
+    from ..entries import codec, prebuilt
     from ..loading import randomness
     from .envkey import EnvRecorder
 
