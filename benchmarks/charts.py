@@ -245,6 +245,14 @@ def rows(cur: dict[str, Result]) -> list[Row]:
                        "extension was not built for)", "s", median(g["plain"], path), None,
                        median(g["warm, twins"], path), ratio(g["plain"], g["warm, twins"], path), None,
                        f"{len(g['plain'])}/-/{len(g['warm, twins'])}"))
+    r = cur.get("memory-run")
+    if r is not None:
+        g = r.data["groups"]
+        python, run = g[MEMORY_RUN_MODES[0]], g[MEMORY_RUN_MODES[1]]
+        out.append(Row("memory-run", "8 `overmind run` children holding the fp16 pipeline, with template and server: "
+                       "sum of PSS (plain column: 8 `python` processes with the warm cache)", "GiB",
+                       median(python, "pss_sum"), None, median(run, "pss_sum"), ratio(python, run, "pss_sum"), None,
+                       f"{len(python)}/-/{len(run)}"))
     for scenario, title in (("memory-fp16", "4 processes holding the fp16 pipeline: sum of PSS"),
                             ("memory-fp32", "4 processes holding the fp32-as-fp16 pipeline: sum of PSS")):
         r = cur.get(scenario)
@@ -343,6 +351,28 @@ def memory_detail(r: Result) -> str:
                  f"{_mib_spread(cold)} |")
     lines.append(f"| PSS of one process: Overmind's warm ones | | {_mib_spread(warm)} |")
     return "\n".join(lines + ["", f"{len(g['plain'])} repetitions of each mode; median (min-max).", "",
+                              para(source(r))])
+
+
+MEMORY_RUN_MODES = ("python, warm cache", "overmind run, warm")
+MEMORY_RUN = [("pss_sum", "sum of PSS, 8 processes + server (+ template)"), ("pss_holders", "the 8 processes"),
+              ("pss_template", "the template"), ("pss_server", "the server"), ("weights", "one copy of the weights"),
+              ("per_process_over_one_copy", "(sum - one copy - template) / 8 processes"),
+              ("target", "target: one copy + template + 0.1 GiB x 8")]
+
+
+def memory_run_detail(r: Result) -> str:
+    """``run.py memory-run``: 8 holders as fresh python processes and as ``overmind run`` children."""
+    g = r.data["groups"]
+    lines = ["| MiB | " + " | ".join(f"`{m}`" for m in MEMORY_RUN_MODES) + " |", "|---|---:|---:|"]
+    for path, title in MEMORY_RUN:
+        cells = [_mib_spread(values(g[mode], path)) for mode in MEMORY_RUN_MODES]
+        if path == "target":
+            cells[0] = "-"
+        lines.append(f"| {title} | {cells[0]} | {cells[1]} |")
+    each = [x for s in g[MEMORY_RUN_MODES[1]] for x in s.get("per_process") or []]
+    lines.append(f"| PSS of one `overmind run` child | | {_mib_spread(each)} |")
+    return "\n".join(lines + ["", f"{len(g[MEMORY_RUN_MODES[1]])} repetitions of each mode; median (min-max).", "",
                               para(source(r))])
 
 
@@ -598,6 +628,8 @@ def blocks(cur: dict[str, Result]) -> dict[str, str]:
     for scenario, r in cur.items():
         if _kind(scenario) in DETAIL:
             out[f"detail {scenario}"] = timed_detail(r)
+        elif scenario == "memory-run":
+            out["detail memory-run"] = memory_run_detail(r)
         elif scenario.startswith("memory-"):
             out[f"detail {scenario}"] = memory_detail(r)
         elif scenario == "run":
