@@ -15,6 +15,7 @@ import pytest
 
 from _support import run_support as rs
 from _support import tiny_models
+from _support.snippets import SAID
 
 PRELOAD = "torch,transformers"
 
@@ -25,13 +26,7 @@ overmind.activate()
 import torch
 from transformers import BertModel
 
-said = []
-class Said(logging.Handler):
-    def emit(self, record):
-        said.append(record.getMessage())
-logging.getLogger("overmind").addHandler(Said())
-logging.getLogger("overmind").setLevel(logging.INFO)
-
+""" + SAID + """
 def digest(model):
     h = hashlib.sha256()
     for name, t in sorted(model.state_dict().items()):
@@ -144,13 +139,7 @@ import overmind
 overmind.activate()
 import torch
 
-said = []
-class Said(logging.Handler):
-    def emit(self, record):
-        said.append(record.getMessage())
-logging.getLogger("overmind").addHandler(Said())
-logging.getLogger("overmind").setLevel(logging.INFO)
-
+""" + SAID + """
 def attach(model, parts, size):
     return {"model": model, "parts": [parts[1], parts[0]], "extra": torch.ones(size)}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from _support.snippets import SAID
 from overmind.testing import check_cached_like_plain, run_fresh
 
 pytest.importorskip("timm", reason="timm (with a torchvision that imports) is not installed here: the timm lane "
@@ -59,14 +60,8 @@ def test_checkpoint_path_and_a_local_dir_model_are_served_like_plain(overmind_ru
 
 
 LOAD_CHECKPOINT = PREAMBLE + """
-import logging, sys
-said = []
-class Said(logging.Handler):
-    def emit(self, record):
-        said.append(record.getMessage())
-logging.getLogger("overmind").addHandler(Said())
-logging.getLogger("overmind").setLevel(logging.INFO)
-torch.manual_seed(2)
+import sys
+""" + SAID + """torch.manual_seed(2)
 model = timm.create_model("test_vit", num_classes=5)
 before = digest(model)
 result = timm.models.load_checkpoint(model, sys.argv[-1] if len(sys.argv) > 1 else %(path)r)
