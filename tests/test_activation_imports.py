@@ -2,7 +2,7 @@
 and deactivate() undoes both the patches and the waiting."""
 from __future__ import annotations
 
-from _support.adapter_packages import adapter_names
+from _support.adapter_packages import adapters_with_their_libraries
 from overmind.testing import run_fresh
 
 
@@ -34,7 +34,7 @@ def test_activate_defers_each_adapter_until_its_library_is_imported(overmind_run
 # Libraries the shipped adapters patch or use, and the heavy things they pull in. activate() must import none of
 # them: a user's `import overmind; overmind.activate()` costs no library's import time.
 HEAVY = ("torch", "numpy", "transformers", "diffusers", "bitsandbytes", "safetensors", "huggingface_hub",
-         "accelerate", "sfast", "tokenizers", "sentence_transformers", "PIL", "scipy")
+         "accelerate", "sfast", "tokenizers", "sentence_transformers", "PIL", "scipy", "timm", "torchvision")
 
 
 def test_activate_in_a_fresh_process_imports_no_library_with_every_shipped_adapter(overmind_runtime):
@@ -50,6 +50,6 @@ def test_activate_in_a_fresh_process_imports_no_library_with_every_shipped_adapt
                 "statuses": {n: s.status for n, s in discovery.states().items()}})
     '''.replace("HEAVY", repr(HEAVY)), env={"OVERMIND_DISABLED_ADAPTERS": "fixture,fixture_broken"})
     assert out["imported"] == [], out
-    shipped = adapter_names()
+    shipped = adapters_with_their_libraries()
     assert shipped <= set(out["names"]), out
     assert all(out["statuses"][n] == "loaded" for n in shipped), out

@@ -4,7 +4,7 @@ list, so that a slow import cannot creep back unnoticed."""
 from __future__ import annotations
 
 from _support import without_test_plugins
-from _support.adapter_packages import adapter_names
+from _support.adapter_packages import adapters_with_their_libraries
 from overmind.testing import run_fresh
 
 # What activation could import, and what its heavier neighbours would bring in: each costs milliseconds. The
@@ -22,7 +22,7 @@ SLOW = (
     "overmind.keys.key", "overmind.keys.canon", "overmind.loading.flow", "overmind.client.connection", "overmind.entries.pickling",
 )
 HEAVY = ("torch", "numpy", "transformers", "diffusers", "bitsandbytes", "safetensors", "huggingface_hub",
-         "accelerate", "sfast", "tokenizers", "sentence_transformers", "PIL", "scipy")
+         "accelerate", "sfast", "tokenizers", "sentence_transformers", "PIL", "scipy", "timm", "torchvision")
 
 
 def test_activate_in_a_fresh_process_imports_none_of_the_slow_modules():
@@ -35,7 +35,7 @@ def test_activate_in_a_fresh_process_imports_none_of_the_slow_modules():
         from overmind.testing import report
         report({"names": sorted(names), "new": new})
     ''', env={"PYTHONPATH": without_test_plugins().get("PYTHONPATH", "")})  # a user's view: no test-only adapter
-    assert adapter_names() <= set(out["names"]), out["names"]
+    assert adapters_with_their_libraries() <= set(out["names"]), out["names"]
     slow = [m for m in out["new"] if m in SLOW or m.split(".")[0] in SLOW or m.split(".")[0] in HEAVY]
     assert not slow, (f"activate() now imports {slow}: import them late (inside the function that needs them), "
                       f"see benchmarks/activate.py for what each costs")

@@ -23,3 +23,21 @@ def adapter_pyprojects() -> dict[str, dict]:
 def adapter_names() -> set[str]:
     """The names the repository's adapters register under (``{"bnb", "diffusers", ...}``)."""
     return set(adapter_pyprojects())
+
+
+def adapters_with_their_libraries() -> set[str]:
+    """The adapters whose ``instruments`` libraries this environment has installed: the ones ``activate()`` loads
+    here. (The timm lane's venv has timm but not transformers; the other lanes the reverse.)"""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    def installed(line: str) -> bool:
+        try:
+            metadata.version(Requirement(line).name)
+        except metadata.PackageNotFoundError:
+            return False
+        return True
+
+    return {name for name, pyproject in adapter_pyprojects().items()
+            if all(installed(line) for line in pyproject["project"]["optional-dependencies"]["instruments"])}
