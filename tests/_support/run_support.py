@@ -112,3 +112,27 @@ def template_pids(runtime_dir: str) -> list[int]:
     from overmind.runner.registry import template_pids as pids
 
     return pids(runtime_dir)
+
+
+def wait_asleep(pid: int, timeout: float = 120.0) -> None:
+    """Wait until the main thread of ``pid`` is blocked in ``time.sleep``.
+
+    A signal that arrives after a program printed that it is ready but before its sleep began interrupts nothing:
+    CPython runs the handler when the sleep ends, in plain Python as under Overmind. A test that interrupts a
+    sleep sends its signal once the sleep is under way.
+    """
+    def asleep() -> bool:
+        try:
+            with open(f"/proc/{pid}/task/{pid}/wchan") as f:
+                wchan = f.read()
+            with open(f"/proc/{pid}/task/{pid}/syscall") as f:
+                call = f.read().split()[0]
+        except (OSError, IndexError):
+            return False
+        return "sleep" in wchan or call in _SLEEP_CALLS
+
+    wait_for(asleep, timeout=timeout, what=f"process {pid} to sleep")
+
+
+# nanosleep and clock_nanosleep on x86_64 and on aarch64
+_SLEEP_CALLS = {"35", "230"} if os.uname().machine == "x86_64" else {"101", "115"}

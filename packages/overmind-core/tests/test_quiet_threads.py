@@ -10,6 +10,7 @@ import sys
 import textwrap
 import threading
 
+from _support import run_support as rs
 from overmind._util import quiet_threads
 
 
@@ -72,7 +73,12 @@ def test_a_signal_to_a_process_with_a_helper_thread_interrupts_the_sleeping_main
     """))
     for _ in range(5):
         proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
-        assert proc.stdout.readline() == "READY\n"
-        proc.send_signal(signal.SIGUSR1)
-        out, _ = proc.communicate(timeout=60)
-        assert (proc.returncode, out) == (3, "handled\n")
+        try:
+            assert proc.stdout.readline() == "READY\n"
+            rs.wait_asleep(proc.pid)
+            proc.send_signal(signal.SIGUSR1)
+            out, _ = proc.communicate(timeout=60)
+            assert (proc.returncode, out) == (3, "handled\n")
+        finally:
+            proc.kill()
+            proc.communicate()

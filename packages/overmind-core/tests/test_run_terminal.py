@@ -112,14 +112,15 @@ def test_a_terminal_stays_a_terminal(rt, tmp_path):
 
 def test_ctrl_c_on_the_terminal_raises_keyboardinterrupt_and_exits_by_sigint(rt, tmp_path):
     script = rs.write(str(tmp_path), "prog.py", """
-        import signal, sys, time
+        import os, signal, sys, time
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        print("READY", flush=True)
+        print("READY", os.getpid(), "END", flush=True)
         time.sleep(600)
     """)
     proc, master = _in_pty([script], rt)
     try:
-        _read_until(master, b"READY")
+        said = _read_until(master, b"END")
+        rs.wait_asleep(int(said.split(b"READY")[1].split()[0]))
         os.write(master, b"\x03")  # the terminal driver sends SIGINT to run's process group
         got = _read_until(master, b"KeyboardInterrupt")
         code = proc.wait(timeout=120)
@@ -132,17 +133,17 @@ def test_ctrl_c_on_the_terminal_raises_keyboardinterrupt_and_exits_by_sigint(rt,
 
 def test_sigint_from_kill_reaches_the_program(rt, tmp_path):
     script = rs.write(str(tmp_path), "prog.py", """
-        import signal, time
+        import os, signal, time
         signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
-            print("READY", flush=True)
+            print(os.getpid(), flush=True)
             time.sleep(600)
         except KeyboardInterrupt:
             print("interrupted", flush=True)
             raise SystemExit(5)
     """)
     proc = rs.start([script], rt)
-    assert rs.read_line(proc.stdout) == "READY\n"
+    rs.wait_asleep(int(rs.read_line(proc.stdout)))
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 5 and out == "interrupted\n", err
@@ -156,11 +157,11 @@ def test_signals_sent_to_run_reach_the_program(rt, tmp_path, sig):
             print("got", signal.Signals(signum).name, flush=True)
             os._exit(7)
         signal.signal({int(sig)}, handler)
-        print("READY", flush=True)
+        print(os.getpid(), flush=True)
         time.sleep(600)
     """)
     proc = rs.start([script], rt)
-    assert rs.read_line(proc.stdout) == "READY\n"
+    rs.wait_asleep(int(rs.read_line(proc.stdout)))
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     assert (proc.returncode, out) == (7, f"got {sig.name}\n"), err
@@ -172,12 +173,12 @@ def test_a_run_that_starts_the_template_relays_from_its_only_signal_taking_threa
     script = rs.write(str(tmp_path), "prog.py", """
         import os, signal, time
         signal.signal(signal.SIGUSR1, lambda *_: (print("got", flush=True), os._exit(7)))
-        print("READY", flush=True)
+        print(os.getpid(), flush=True)
         time.sleep(600)
     """)
     with rs.shared_runtime() as fresh:
         proc = rs.start([script], fresh)
-        assert rs.read_line(proc.stdout) == "READY\n"
+        rs.wait_asleep(int(rs.read_line(proc.stdout)))
         threads = [int(t) for t in os.listdir(f"/proc/{proc.pid}/task") if int(t) != proc.pid]
         assert threads, "the run that started the template holds its reaper thread"
         for tid in threads:
