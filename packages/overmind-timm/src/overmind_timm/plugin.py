@@ -48,16 +48,19 @@ def _create_model_parts(arguments: dict[str, Any]) -> Any:
     if sep and source == "local-dir":
         return [("timm local-dir", fingerprint(location))]
     if sep and source in _HUB_PREFIXES:
-        raise uncacheable(f"{name!r}: weights and configuration from the Hugging Face Hub, not from a file the "
-                          f"call names; pass pretrained_cfg_overlay=dict(file=PATH) to cache it")
+        raise _not_from_a_file(name, "weights and configuration from the Hugging Face Hub")
     if not arguments.get("pretrained"):
         return None  # built at random (a variant of the generators' state), then checkpoint_path if any
     cfg = _as_dict(arguments.get("pretrained_cfg"))
     cfg.update(_as_dict(arguments.get("pretrained_cfg_overlay")))
     if cfg.get("source") in _HUB_PREFIXES or not (cfg.get("state_dict") is not None or cfg.get("file")):
-        raise uncacheable(f"{name!r}: pretrained weights from the Hugging Face Hub or a URL, not from a file the "
-                          f"call names; pass pretrained_cfg_overlay=dict(file=PATH) to cache it")
+        raise _not_from_a_file(name, "pretrained weights from the Hugging Face Hub or a URL")
     return None
+
+
+def _not_from_a_file(name: Any, what: str) -> Exception:
+    return uncacheable(f"{name!r}: {what}, not from a file the call names; pass "
+                       f"pretrained_cfg_overlay=dict(file=PATH) to cache it")
 
 
 def _as_dict(cfg: Any) -> dict:

@@ -9,8 +9,10 @@ instruction; a fault raised by the thread's own code (SIGSEGV, SIGBUS, ...) is s
 """
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
+from typing import Iterator
 
 SYNCHRONOUS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGABRT,
                          signal.SIGTRAP, signal.SIGSYS})
@@ -20,9 +22,17 @@ BLOCKED = frozenset(signal.valid_signals()) - SYNCHRONOUS - {signal.SIGKILL, sig
 def start(thread: threading.Thread) -> threading.Thread:
     """Start ``thread`` with the asynchronous signals blocked in it (a new thread inherits the mask of the
     thread that starts it; the caller's own mask is back as it was on return). Returns ``thread``."""
+    with blocked():
+        thread.start()
+    return thread
+
+
+@contextlib.contextmanager
+def blocked() -> Iterator[None]:
+    """The asynchronous signals blocked in the calling thread for the block: every thread started inside it,
+    by Python or by a native library (OpenBLAS's workers), takes none of them."""
     before = signal.pthread_sigmask(signal.SIG_BLOCK, BLOCKED)
     try:
-        thread.start()
+        yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
-    return thread

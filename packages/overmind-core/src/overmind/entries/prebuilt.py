@@ -119,3 +119,8 @@ def drop(key: str) -> None:
 def held() -> dict[str, str]:
     """``{key: entry_id}`` of every object held."""
     return {key: h.entry_id for key, h in _held.items()}
+
+
+def objects() -> list:
+    """The objects held, in no particular order."""
+    return [h.obj for h in _held.values()]

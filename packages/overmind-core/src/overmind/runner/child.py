@@ -41,7 +41,8 @@ def run_job(job) -> None:
     try:
         os.setpgid(0, 0)  # its own process group in the template's session: job control works, and
         # 'run' dying kills the group
-        job.template.close_in_child(keep=conn)
+        if not job.template_closed:
+            job.template.close_in_child(keep=conn)
         conn.setblocking(True)
         conn = _above(conn, _targets(job.request["fds"]))
         program = become(job.request, job.fds)

@@ -14,8 +14,10 @@ only the forking thread, so a lock another thread held stays locked forever in t
 its worker threads when numpy loads it, so the template loads it with ``OPENBLAS_NUM_THREADS=1`` and each
 child sets the thread count a fresh process would have had (:mod:`overmind.runner.threads`).
 
-The loop is one thread with a selector: the listening socket, each connection waiting for its request,
-and for each running child its pidfd (readable when the child exits: the status goes to its ``run``) and
+A ``run`` is handed to the spare, a child forked ahead of the request (:mod:`overmind.runner.spare`), or where
+there is none, to a child forked on the request. The loop is one thread with a selector: the listening socket,
+each connection waiting for its request, the spare's pidfd (readable if it dies), and for each running child its
+pidfd (readable when the child exits: the status goes to its ``run``) and
 its connection (closed when ``run`` died: the child's process group gets SIGKILL). SIGTERM (``overmind
 stop``) stops accepting; the template exits once its children have. It exits by itself after
 ``OVERMIND_TEMPLATE_IDLE`` seconds (default 3600) without a run, when its socket or runtime directory goes
@@ -32,20 +34,28 @@ import signal
 import socket
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from .fork_safety import fork_problem
+
+if TYPE_CHECKING:
+    from .spare import Spare
 
 ENV_IDLE = "OVERMIND_TEMPLATE_IDLE"
 DEFAULT_IDLE_S = 3600.0
 _TICK_S = 2.0
 _QUIET_S = 1.0  # a template builds objects ahead only after this long without a request or a child's end
+_SPARE_PAUSE_S = 10.0  # after a spare died by itself, the next is forked no sooner than this
 
 
 class Job:
-    """What a forked child takes from the template: its connection, the request and the descriptors."""
+    """What a forked child takes from the template: its connection, the request and the descriptors;
+    ``template_closed``: the template's own descriptors are closed already (a spare closed them when forked)."""
 
-    def __init__(self, conn: socket.socket, request: dict, fds: list[int], template: Template) -> None:
+    def __init__(self, conn: socket.socket, request: dict, fds: list[int], template: Template,
+                 template_closed: bool = False) -> None:
         self.conn, self.request, self.fds, self.template = conn, request, fds, template
+        self.template_closed = template_closed
 
 
 class Template:
@@ -63,6 +73,8 @@ class Template:
         self.sel = selectors.DefaultSelector()
         self.listener: socket.socket | None = None
         self.children: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
+        self.spare: Spare | None = None  # the child forked ahead for the next run (spare.py)
+        self.no_spare_until = 0.0  # after a spare died by itself: no other for a while
         self.stopping = False
         self.last_active = time.monotonic()
         self.idle_s = _idle_seconds()
@@ -150,6 +162,10 @@ class Template:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         next_tick = time.monotonic() + _TICK_S
         while not (self.stopping and not self.children):
+            if self.spare is None:
+                job = self._fork_spare()
+                if job is not None:
+                    return job
             for key, _mask in self.sel.select(timeout=_TICK_S):
                 kind, data = key.data
                 if kind == "listener":
@@ -164,6 +180,8 @@ class Template:
                     self._client_event(key.fileobj, data)
                 elif kind == "sources":
                     self._check_sources()
+                elif kind == "spare":
+                    self._spare_died()
             if time.monotonic() >= next_tick:
                 next_tick = time.monotonic() + _TICK_S
                 self._tick()
@@ -213,6 +231,8 @@ class Template:
         if stale:
             self._reply_and_close(conn, {"refused": stale, "stale": True}, fds)
             return None
+        if self.spare is not None and self._hand_to_spare(conn, request, fds):
+            return None
         problem = fork_problem()
         if problem:
             self._reply_and_close(conn, {"refused": f"template pid {os.getpid()} {problem}"}, fds)
@@ -235,17 +255,82 @@ class Template:
             os.waitpid(pid, 0)
             conn.close()
             return None
+        self._watch(pid, pidfd, conn)
+        return None
+
+    def _watch(self, pid: int, pidfd: int, conn: socket.socket) -> None:
+        """Follow a child that runs a program: its exit (the pidfd) and its ``run`` (the connection)."""
         self.children[pidfd] = (pid, conn)
         self.sel.register(pidfd, selectors.EVENT_READ, ("child", pidfd))
         conn.setblocking(False)
         self.sel.register(conn, selectors.EVENT_READ, ("client", pidfd))
+
+    # ---- the spare (spare.py) ----------------------------------------------------------------------------
+    def _fork_spare(self) -> Job | None:
+        """Fork the next spare, unless this template cannot or should not; in the spare, its :class:`Job` once a
+        request arrives."""
+        from . import spare
+
+        if self.stopping or self.listener is None or time.monotonic() < self.no_spare_until or fork_problem():
+            return None
+        ours, theirs = spare.pair()
+        try:
+            pid = os.fork()
+        except OSError:
+            ours.close()
+            theirs.close()
+            return None
+        if pid == 0:
+            ours.close()
+            return spare.wait_for_job(self, theirs)
+        theirs.close()
+        try:
+            self.spare = spare.Spare(pid, ours)
+        except OSError:  # no pidfd (Linux < 5.3): never leave a child unwatched
+            ours.close()
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            self.no_spare_until = float("inf")
+            return None
+        self.sel.register(self.spare.pidfd, selectors.EVENT_READ, ("spare", None))
         return None
+
+    def _hand_to_spare(self, conn: socket.socket, request: dict, fds: list[int]) -> bool:
+        """Give a ``run`` to the spare, which becomes its child; False (the spare retired) if it is gone."""
+        spare, self.spare = self.spare, None
+        self.sel.unregister(spare.pidfd)
+        try:
+            spare.hand_over(conn, request, fds)
+        except OSError:
+            spare.retire()
+            return False
+        for fd in fds:
+            os.close(fd)
+        self._watch(spare.pid, spare.pidfd, conn)
+        return True
+
+    def _retire_spare(self) -> None:
+        if self.spare is not None:
+            spare, self.spare = self.spare, None
+            self.sel.unregister(spare.pidfd)
+            spare.retire()
+
+    def _spare_died(self) -> None:
+        """The spare ended by itself (killed from outside, or it failed): reaped; the next one in a while."""
+        spare, self.spare = self.spare, None
+        if spare is not None:
+            self.sel.unregister(spare.pidfd)
+            spare.sock.close()
+            spare.reap()
+        self.no_spare_until = time.monotonic() + _SPARE_PAUSE_S
 
     def _build_ahead(self) -> bool:
         """Bring the objects built ahead for the children in line with the server's entries (prebuild.py); whether
         anything changed."""
         changes = self.builder.refresh()
         built = any(not change.startswith("left out") for change in changes)
+        if built:
+            self._retire_spare()  # it holds the objects as they were: the next spare is forked with these
         if any(change.startswith("dropped") for change in changes):
             # what was dropped may hold reference cycles, which a frozen collector never frees: one full
             # collection (the caller freezes again)
@@ -345,6 +430,7 @@ class Template:
             return
         print(f"overmind template {os.getpid()}: stopping: {why}", file=sys.stderr, flush=True)
         self.stopping = True
+        self._retire_spare()
         self._close_listener()
 
     def _close_listener(self) -> None:
@@ -364,6 +450,7 @@ class Template:
                     pass
 
     def shutdown(self) -> None:
+        self._retire_spare()
         self._close_listener()
 
     def close_in_child(self, keep: socket.socket) -> None:

@@ -79,16 +79,13 @@ def restore_openblas(environ: dict[str, str]) -> None:
     at its first threaded call."""
     setters = find_setters() if _setters is None else _setters
     if setters:
-        import signal
+        from .._util import quiet_threads
 
         count = openblas_thread_count(environ)
-        # The workers the setter starts inherit this thread's signal mask: with every signal blocked, none of
-        # them, while it winds down, can take a signal meant for the program's main thread (a Ctrl-C lost).
-        before = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
-        try:
+        # The workers the setter starts inherit this thread's signal mask: none of them, while it winds down,
+        # can take a signal meant for the program's main thread (a Ctrl-C lost).
+        with quiet_threads.blocked():
             for setter, shutdown in setters:
                 setter(count)
                 if shutdown is not None and count > 1:
                     shutdown()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, before)

@@ -1,0 +1,93 @@
+"""The spare: a child the template forks before a ``run`` asks for one, so that the request finds it ready.
+
+A fork of a template that holds torch, transformers and diffusers copies their page tables (tens of
+milliseconds), and a child's first hit on an object built ahead copies every page whose reference counts the
+provenance walk writes (hundreds of pages). Both are paid before the request: once the template serves, and again
+after each ``run`` it hands over, it forks a spare, which closes the template's descriptors, takes those page
+copies (:func:`warm`) and waits on its end of a socket pair. A ``run`` request is passed to it with the caller's
+connection and descriptors, exactly what a child forked there and then would hold, and it carries on as that
+child (:func:`overmind.runner.child.run_job`).
+
+A spare is a child forked from the template's state of the moment, so the template retires it (SIGKILL, reaped)
+whenever that state changes in a way a child would see: the objects built ahead are rebuilt or dropped, or the
+template stops. A template that dies leaves the spare's end of the pair at end-of-file, and the spare exits.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+
+
+class Spare:
+    """The template's handle on its spare: the pid, a pidfd (readable when it exits) and the template's end of the
+    pair."""
+
+    def __init__(self, pid: int, sock: socket.socket) -> None:
+        self.pid, self.sock = pid, sock
+        self.pidfd = os.pidfd_open(pid)
+
+    def hand_over(self, conn: socket.socket, request: dict, fds: list[int]) -> None:
+        """Pass a ``run`` request, its connection and the caller's descriptors; raises OSError if the spare is
+        gone."""
+        from ..ipc import protocol
+
+        protocol.send_message(self.sock, {"job": request}, [conn.fileno(), *fds])
+        self.sock.close()
+
+    def retire(self) -> None:
+        """End the spare and reap it."""
+        self.sock.close()
+        try:
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        except OSError:
+            pass
+        self.reap()
+
+    def reap(self) -> None:
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+        os.close(self.pidfd)
+
+
+def pair() -> tuple[socket.socket, socket.socket]:
+    """The template's end and the spare's end."""
+    return socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+
+
+def wait_for_job(template, sock: socket.socket):
+    """In the spare: leave the template's descriptors, warm up, then wait for a request and return it as the
+    :class:`~overmind.runner.template.Job` a child forked on that request would hold. Exits when the template goes
+    away first."""
+    from ..ipc import protocol
+    from .template import Job
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the template's handler would stop a copy of the template
+    template.close_in_child(keep=sock)
+    warm()
+    try:
+        message, fds = protocol.recv_message(sock)
+    except (OSError, ValueError, protocol.ConnectionClosed):
+        os._exit(0)
+    sock.close()
+    if not fds or "job" not in message:
+        os._exit(0)
+    conn = socket.socket(fileno=fds[0])
+    return Job(conn, message["job"], fds[1:], template, template_closed=True)
+
+
+def warm() -> None:
+    """Check the provenance of every object built ahead once, as a hit that passes it to another load will: the
+    pages whose reference counts that walk writes are copied here, before the request, instead of during the
+    program's first loads. The check only reads; what it finds is found again at the hit."""
+    try:
+        from ..entries import prebuilt
+        from ..keys import provenance
+
+        for obj in prebuilt.objects():
+            if provenance.tracked(obj):
+                provenance.origin_of(obj)
+    except Exception:  # a spare that cannot warm up is still a spare
+        pass
