@@ -9,10 +9,8 @@ instruction; a fault raised by the thread's own code (SIGSEGV, SIGBUS, ...) is s
 """
 from __future__ import annotations
 
-import contextlib
 import signal
 import threading
-from typing import Iterator
 
 SYNCHRONOUS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL, signal.SIGABRT,
                          signal.SIGTRAP, signal.SIGSYS})
@@ -27,12 +25,13 @@ def start(thread: threading.Thread) -> threading.Thread:
     return thread
 
 
-@contextlib.contextmanager
-def blocked() -> Iterator[None]:
-    """The asynchronous signals blocked in the calling thread for the block: every thread started inside it,
-    by Python or by a native library (OpenBLAS's workers), takes none of them."""
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, BLOCKED)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+class blocked:  # noqa: N801 (used as a function: ``with blocked():``)
+    """The asynchronous signals blocked in the calling thread for the ``with`` block: every thread started
+    inside it, by Python or by a native library (OpenBLAS's workers), takes none of them. (A class, not a
+    ``contextlib`` generator: the lean launcher imports this module, and neither ``contextlib`` nor ``typing``.)"""
+
+    def __enter__(self) -> None:
+        self.before = signal.pthread_sigmask(signal.SIG_BLOCK, BLOCKED)
+
+    def __exit__(self, *exc: object) -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, self.before)

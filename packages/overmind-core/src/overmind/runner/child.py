@@ -45,7 +45,7 @@ def run_job(job) -> None:
             job.template.close_in_child(keep=conn)
         conn.setblocking(True)
         conn = _above(conn, _targets(job.request["fds"]))
-        program = become(job.request, job.fds)
+        program = become(job.request, job.fds, fresh=not job.template_closed)
         pidfd = os.pidfd_open(os.getpid())
         protocol.send_message(conn, {"started": os.getpid()}, [pidfd])
         os.close(pidfd)
@@ -59,8 +59,9 @@ def run_job(job) -> None:
     execute(program)
 
 
-def become(request: dict, fds: list[int]) -> dict:
-    """Take on the caller's process state from ``request`` and the descriptors ``fds``."""
+def become(request: dict, fds: list[int], fresh: bool = True) -> dict:
+    """Take on the caller's process state from ``request`` and the descriptors ``fds``; ``fresh=False``: the
+    spare this process was did :func:`own_state` already."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()  # nothing of the template's may reach the program's output
@@ -96,10 +97,22 @@ def become(request: dict, fds: list[int]) -> dict:
     from .threads import restore_openblas
 
     restore_openblas(environ)
-    _reseed()
-    _template_finalizers_stay()
+    if fresh:
+        own_state()
     _warnings_again()
     return program
+
+
+def own_state() -> None:
+    """What makes a forked child a process of its own, whoever its caller will be: fresh random state, the
+    template's finalizers left to the template, and the collector's view of everything so far frozen (the
+    program's collections, and its exit's, walk only what the program makes)."""
+    import gc
+
+    _reseed()
+    _template_finalizers_stay()
+    gc.collect()
+    gc.freeze()
 
 
 def _targets(names: list[str]) -> list[int]:

@@ -62,11 +62,13 @@ def wait_for_job(template, sock: socket.socket):
     :class:`~overmind.runner.template.Job` a child forked on that request would hold. Exits when the template goes
     away first."""
     from ..ipc import protocol
+    from .child import own_state
     from .template import Job
 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the template's handler would stop a copy of the template
     template.close_in_child(keep=sock)
     warm()
+    own_state()
     try:
         message, fds = protocol.recv_message(sock)
     except (OSError, ValueError, protocol.ConnectionClosed):
