@@ -100,3 +100,25 @@ def test_a_program_in_the_spare_gets_its_callers_state(rt, tmp_path):
     plain = subprocess.run([rs.sys.executable, script, "a", "b"], cwd=work, capture_output=True, text=True,
                            env=rs.env(rt, SPARE_CHECK="yes"), timeout=240, preexec_fn=lambda: os.umask(0o027))
     assert done.stdout == plain.stdout
+
+
+def test_while_a_program_runs_the_next_spare_follows_a_moment_later(rt, tmp_path):
+    """A second ``run`` while the first program still runs is served by a spare too (forked a second after the
+    handover, so that its fork does not take a core from the program as it starts)."""
+    _, template = _run(rt, rs.write(str(tmp_path), "start.py", PIDS))
+    first = _spare(template)
+    script = rs.write(str(tmp_path), "prog.py", """
+        import os, sys
+        print(os.getpid(), flush=True)
+        sys.stdin.readline()
+    """)
+    proc = rs.start([script], rt, stdin=subprocess.PIPE)
+    try:
+        assert int(rs.read_line(proc.stdout)) == first
+        rs.wait_for(lambda: len(_children(template)) == 2, what="a spare beside the running program")
+        spare = next(c for c in _children(template) if c != first)
+        pid, parent = _run(rt, rs.write(str(tmp_path), "again.py", PIDS))
+        assert (pid, parent) == (spare, template)
+    finally:
+        proc.communicate("\n", timeout=120)
+    assert proc.returncode == 0

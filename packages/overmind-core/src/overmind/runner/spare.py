@@ -3,10 +3,11 @@
 A fork of a template that holds torch, transformers and diffusers copies their page tables (tens of
 milliseconds), and a child's first hit on an object built ahead copies every page whose reference counts the
 provenance walk writes (hundreds of pages). Both are paid before the request: once the template serves, and again
-after each ``run`` it hands over, it forks a spare, which closes the template's descriptors, takes those page
-copies (:func:`warm`) and waits on its end of a socket pair. A ``run`` request is passed to it with the caller's
-connection and descriptors, exactly what a child forked there and then would hold, and it carries on as that
-child (:func:`overmind.runner.child.run_job`).
+after each ``run`` it hands over (once that program has ended, or a second after it started, so as not to take a
+core from it), the template forks a spare. The spare closes the template's descriptors, takes those page copies
+(:func:`warm`), takes its own random state (:func:`overmind.runner.child.own_state`) and waits on its end of a
+socket pair. A ``run`` request is passed to it with the caller's connection and descriptors, exactly what a child
+forked there and then would hold, and it carries on as that child (:func:`overmind.runner.child.run_job`).
 
 A spare is a child forked from the template's state of the moment, so the template retires it (SIGKILL, reaped)
 whenever that state changes in a way a child would see: the objects built ahead are rebuilt or dropped, or the

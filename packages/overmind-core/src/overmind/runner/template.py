@@ -46,6 +46,9 @@ DEFAULT_IDLE_S = 3600.0
 _TICK_S = 2.0
 _QUIET_S = 1.0  # a template builds objects ahead only after this long without a request or a child's end
 _SPARE_PAUSE_S = 10.0  # after a spare died by itself, the next is forked no sooner than this
+# While a program runs, the next spare waits this long after the handover (or until no program runs): its fork and
+# warm-up would take a core from the program as it starts
+_SPARE_AFTER_S = 1.0
 
 
 class Job:
@@ -75,6 +78,7 @@ class Template:
         self.children: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
         self.spare: Spare | None = None  # the child forked ahead for the next run (spare.py)
         self.no_spare_until = 0.0  # after a spare died by itself: no other for a while
+        self.handed_at = 0.0  # when the last spare took a run
         self.stopping = False
         self.last_active = time.monotonic()
         self.idle_s = _idle_seconds()
@@ -162,11 +166,16 @@ class Template:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         next_tick = time.monotonic() + _TICK_S
         while not (self.stopping and not self.children):
+            timeout = _TICK_S
             if self.spare is None:
-                job = self._fork_spare()
-                if job is not None:
-                    return job
-            for key, _mask in self.sel.select(timeout=_TICK_S):
+                wait = 0.0 if not self.children else self.handed_at + _SPARE_AFTER_S - time.monotonic()
+                if wait <= 0:
+                    job = self._fork_spare()
+                    if job is not None:
+                        return job
+                else:
+                    timeout = min(timeout, wait)
+            for key, _mask in self.sel.select(timeout=timeout):
                 kind, data = key.data
                 if kind == "listener":
                     self._accept()
@@ -307,6 +316,7 @@ class Template:
         for fd in fds:
             os.close(fd)
         self._watch(spare.pid, spare.pidfd, conn)
+        self.handed_at = time.monotonic()
         return True
 
     def _retire_spare(self) -> None:
