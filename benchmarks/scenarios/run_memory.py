@@ -10,7 +10,7 @@ process published the entries):
   uncounted ``overmind run`` started it, and the template built the pipeline's objects ahead).
 
 While all of them hold the pipeline, PSS (``/proc/PID/smaps_rollup``) is summed over the holders, the server
-and, for ``overmind run``, the template. The target of a node with ``procs`` processes: one copy of the
+and, for ``overmind run``, the template with its spare child. The target of a node with ``procs`` processes: one copy of the
 weights + one template + 0.1 GiB per process. Plain processes are not run: each holds its own copy of the
 weights, ``procs`` copies in all (eight copies of the full fixture do not fit this machine's memory).
 """
@@ -44,6 +44,20 @@ def _template_pids(runtime_dir: str) -> list[int]:
         except (OSError, ValueError, KeyError):
             continue
     return [pid for pid in pids if os.path.exists(f"/proc/{pid}")]
+
+
+def _template_processes(runtime_dir: str, reports: list[dict]) -> list[int]:
+    """The templates and their children other than the holders (the spare each keeps for the next run)."""
+    holders = {r["pid"] for r in reports}
+    found = []
+    for pid in _template_pids(runtime_dir):
+        found.append(pid)
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                found += [int(c) for c in f.read().split() if int(c) not in holders]
+        except OSError:
+            continue
+    return found
 
 
 def _start(h: harness.Harness, mode: str, argv: list[str], label: str, rt: str) -> tuple[subprocess.Popen, dict]:
@@ -98,7 +112,8 @@ def measure(h: harness.Harness, paths: dict, n: int, procs: int = PROCS) -> tupl
                     time.sleep(1.0)  # let the last process settle (allocator trims, lazy frees)
                     holders = [harness.smaps_rollup(r["pid"]) for r in reports]
                     server = [harness.smaps_rollup(pid) for pid in harness.server_pids(rt)]
-                    template = [harness.smaps_rollup(pid) for pid in _template_pids(rt)] if mode == MODES[1] else []
+                    template = ([harness.smaps_rollup(pid) for pid in _template_processes(rt, reports)]
+                                if mode == MODES[1] else [])
                 finally:
                     for p in held:
                         harness.release(p)

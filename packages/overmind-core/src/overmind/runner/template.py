@@ -106,6 +106,7 @@ class Template:
             if forced_blas:
                 os.environ.pop("OPENBLAS_NUM_THREADS", None)
         from ..adapter import version_of
+        from ..client import launcher  # noqa: F401  (a child's first load asks it whether a server runs)
         from ..keys import code_identity
         from .prebuild import Builder
         from .sources import SourceWatch
