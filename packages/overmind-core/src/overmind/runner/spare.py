@@ -58,13 +58,12 @@ def pair() -> tuple[socket.socket, socket.socket]:
     return socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
 
 
-def wait_for_job(template, sock: socket.socket):
-    """In the spare: leave the template's descriptors, warm up, then wait for a request and return it as the
-    :class:`~overmind.runner.template.Job` a child forked on that request would hold. Exits when the template goes
-    away first."""
+def wait_for_job(template, sock: socket.socket) -> tuple[socket.socket, dict, list[int]]:
+    """In the spare: leave the template's descriptors, warm up, then wait for a request; returns the connection,
+    the request and the caller's descriptors, as a child forked on that request would hold them. Exits when the
+    template goes away first."""
     from ..ipc import protocol
     from .child import own_state
-    from .template import Job
 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the template's handler would stop a copy of the template
     template.close_in_child(keep=sock)
@@ -77,8 +76,7 @@ def wait_for_job(template, sock: socket.socket):
     sock.close()
     if not fds or "job" not in message:
         os._exit(0)
-    conn = socket.socket(fileno=fds[0])
-    return Job(conn, message["job"], fds[1:], template, template_closed=True)
+    return socket.socket(fileno=fds[0]), message["job"], fds[1:]
 
 
 def warm() -> None:

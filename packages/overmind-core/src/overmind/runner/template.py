@@ -292,7 +292,8 @@ class Template:
             return None
         if pid == 0:
             ours.close()
-            return spare.wait_for_job(self, theirs)
+            conn, request, fds = spare.wait_for_job(self, theirs)
+            return Job(conn, request, fds, self, template_closed=True)
         theirs.close()
         try:
             self.spare = spare.Spare(pid, ours)
