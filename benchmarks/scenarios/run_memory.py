@@ -10,9 +10,9 @@ process published the entries):
   uncounted ``overmind run`` started it, and the template built the pipeline's objects ahead).
 
 While all of them hold the pipeline, PSS (``/proc/PID/smaps_rollup``) is summed over the holders, the server
-and, for ``overmind run``, the template with its spare child. The target of a node with ``procs`` processes: one copy of the
-weights + one template + 0.1 GiB per process. Plain processes are not run: each holds its own copy of the
-weights, ``procs`` copies in all (eight copies of the full fixture do not fit this machine's memory).
+and, for ``overmind run``, the template with its spare child. The target of a node with ``procs`` processes: one
+copy of the weights + one template + 0.1 GiB per process. Plain processes are not run: each holds its own copy
+of the weights, ``procs`` copies in all (eight copies of the full fixture do not fit this machine's memory).
 """
 from __future__ import annotations
 

@@ -41,11 +41,11 @@ def run_job(job) -> None:
     try:
         os.setpgid(0, 0)  # its own process group in the template's session: job control works, and
         # 'run' dying kills the group
-        if not job.template_closed:
+        if not job.from_spare:
             job.template.close_in_child(keep=conn)
         conn.setblocking(True)
         conn = _above(conn, _targets(job.request["fds"]))
-        program = become(job.request, job.fds, fresh=not job.template_closed)
+        program = become(job.request, job.fds, take_own_state=not job.from_spare)
         pidfd = os.pidfd_open(os.getpid())
         protocol.send_message(conn, {"started": os.getpid()}, [pidfd])
         os.close(pidfd)
@@ -59,9 +59,9 @@ def run_job(job) -> None:
     execute(program)
 
 
-def become(request: dict, fds: list[int], fresh: bool = True) -> dict:
-    """Take on the caller's process state from ``request`` and the descriptors ``fds``; ``fresh=False``: the
-    spare this process was did :func:`own_state` already."""
+def become(request: dict, fds: list[int], take_own_state: bool = True) -> dict:
+    """Take on the caller's process state from ``request`` and the descriptors ``fds``; ``take_own_state=False``:
+    the spare this process was did :func:`own_state` already."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()  # nothing of the template's may reach the program's output
@@ -97,7 +97,7 @@ def become(request: dict, fds: list[int], fresh: bool = True) -> dict:
     from .threads import restore_openblas
 
     restore_openblas(environ)
-    if fresh:
+    if take_own_state:
         own_state()
     _warnings_again()
     return program

@@ -53,12 +53,13 @@ _SPARE_AFTER_S = 1.0
 
 class Job:
     """What a forked child takes from the template: its connection, the request and the descriptors;
-    ``template_closed``: the template's own descriptors are closed already (a spare closed them when forked)."""
+    ``from_spare``: the child was the spare (spare.py), which closed the template's descriptors and took its own
+    state before the request."""
 
     def __init__(self, conn: socket.socket, request: dict, fds: list[int], template: Template,
-                 template_closed: bool = False) -> None:
+                 from_spare: bool = False) -> None:
         self.conn, self.request, self.fds, self.template = conn, request, fds, template
-        self.template_closed = template_closed
+        self.from_spare = from_spare
 
 
 class Template:
@@ -293,7 +294,7 @@ class Template:
         if pid == 0:
             ours.close()
             conn, request, fds = spare.wait_for_job(self, theirs)
-            return Job(conn, request, fds, self, template_closed=True)
+            return Job(conn, request, fds, self, from_spare=True)
         theirs.close()
         try:
             self.spare = spare.Spare(pid, ours)
@@ -329,11 +330,7 @@ class Template:
 
     def _spare_died(self) -> None:
         """The spare ended by itself (killed from outside, or it failed): reaped; the next one in a while."""
-        spare, self.spare = self.spare, None
-        if spare is not None:
-            self.sel.unregister(spare.pidfd)
-            spare.sock.close()
-            spare.reap()
+        self._retire_spare()  # the kill finds it gone; the reap collects its status
         self.no_spare_until = time.monotonic() + _SPARE_PAUSE_S
 
     def _build_ahead(self) -> bool:
