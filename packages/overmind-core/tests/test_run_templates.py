@@ -94,6 +94,19 @@ def _kill_the_template_mid_request(rt, script):
     return out, err, template
 
 
+def test_a_template_killed_outright_leaves_its_files_and_the_next_run_starts_a_new_one(rt, tmp_path):
+    script = rs.write(str(tmp_path), "prog.py", PPID)
+    first = rs.run([script], rt)
+    [template] = [t for t in rs.templates(rt) if str(t["pid"]) == first.stdout.split()[0]]
+    os.kill(template["pid"], signal.SIGKILL)  # no chance to remove its info file or socket
+    rs.wait_for(lambda: rs.gone(template["pid"]), what="the killed template to be gone")
+    assert os.path.exists(template["socket"].removesuffix(".sock") + ".json"), "its info file is left behind"
+    again = rs.run([script], rt)
+    assert again.returncode == 0 and not rs.warnings_in(again.stderr), again.stderr
+    assert int(again.stdout.split()[0]) in {t["pid"] for t in rs.templates(rt)} - {template["pid"]}, \
+        "a new template of the same id serves, in place of the dead one's files"
+
+
 RECVMSG = {"x86_64": "47", "aarch64": "212"}.get(platform.machine(), "47")
 
 

@@ -36,6 +36,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from .._util import process_state
 from .fork_safety import fork_problem
 
 if TYPE_CHECKING:
@@ -137,7 +138,7 @@ class Template:
             "python": sys.executable, "top_level": top_level_modules(),
         }
         existing = registry.read_info(self.info_path)
-        if existing is not None and registry._alive(existing.get("pid")) and _accepts(self.socket_path):
+        if existing is not None and process_state.alive(existing.get("pid")) and _accepts(self.socket_path):
             return existing  # an identical template won a race; this one leaves
         self._bind()
         registry.write_info(self.info_path, self.info)
