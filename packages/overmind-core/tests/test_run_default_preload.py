@@ -5,6 +5,7 @@ One template for the module: its imports take seconds.
 """
 from __future__ import annotations
 
+import os
 import json
 import subprocess
 import sys
@@ -80,12 +81,22 @@ print(json.dumps({"start": tasks_at_start, "blas": numpy_blas, "after": len(os.l
 """
 
 
-def test_openblas_has_plain_pythons_thread_count_and_starts_its_workers_at_the_first_call(rt, tmp_path):
+def _one_cpu() -> None:
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+# The spare sets OpenBLAS's usual count (all CPUs, no variable) ahead; a caller whose variables or CPUs give
+# another count gets that one.
+@pytest.mark.parametrize("caller", ["usual", "OPENBLAS_NUM_THREADS=1", "one CPU"])
+def test_openblas_has_plain_pythons_thread_count_and_starts_its_workers_at_the_first_call(rt, tmp_path, caller):
     script = rs.write(str(tmp_path), "blas.py", BLAS)
     extra = {"OVERMIND_DISABLED_ADAPTERS": "fixture,fixture_broken"}
+    if caller == "OPENBLAS_NUM_THREADS=1":
+        extra["OPENBLAS_NUM_THREADS"] = "1"
     env = {k: v for k, v in rs.env(rt, **extra).items() if k != "OVERMIND_PRELOAD"}
-    served = subprocess.run([rs.OVERMIND, "run", script], capture_output=True, text=True, env=env, timeout=600)
-    plain = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env, timeout=600)
+    how = {"preexec_fn": _one_cpu} if caller == "one CPU" else {}
+    served = subprocess.run([rs.OVERMIND, "run", script], capture_output=True, text=True, env=env, timeout=600, **how)
+    plain = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env, timeout=600, **how)
     assert served.returncode == 0 and not rs.warnings_in(served.stderr), served.stderr
     assert plain.returncode == 0, plain.stderr
     served_run, plain_run = (json.loads(out.stdout.splitlines()[-1]) for out in (served, plain))

@@ -221,3 +221,30 @@ def test_a_preloaded_module_edited_on_disk_retires_its_template(rt, tmp_path):
     new_parent, new_value = second.stdout.split()
     assert new_value == "222", "never the code the old template imported"
     assert new_parent != parent and [t["pid"] for t in rs.templates(rt)] == [int(new_parent)]
+
+
+# What the launcher costs is mostly what it imports: none of these, once a template runs (socket alone is ~3 ms of
+# a ~45 ms ``overmind run -c pass``; docs/run.md, "How fast").
+LAUNCHER_NEVER_IMPORTS = ("socket", "selectors", "threading", "subprocess", "array", "typing", "select", "tempfile")
+
+
+def test_the_launcher_hands_a_program_over_without_importing_heavy_modules(rt, tmp_path):
+    script = rs.write(str(tmp_path), "prog.py", PPID)
+    rs.run([script], rt)  # the template runs
+    report = tmp_path / "modules.txt"
+    launcher = (
+        "import sys\n"
+        "from overmind.runner import client\n"
+        "def exit_like(status):\n"
+        f"    open({str(report)!r}, 'w').write(' '.join(sorted(sys.modules)))\n"
+        "    raise SystemExit(status)\n"
+        "client.exit_like = exit_like\n"
+        f"client.main([{script!r}])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", launcher], env=rs.env(rt), capture_output=True, text=True,
+                         timeout=240)
+    assert out.returncode == 0 and not rs.warnings_in(out.stderr), out.stderr
+    assert int(out.stdout.split()[0]) in {t["pid"] for t in rs.templates(rt)}, "the template ran it"
+    imported = set(report.read_text().split())
+    assert {"overmind.runner.client", "overmind.ipc.protocol"} <= imported
+    assert sorted(imported & set(LAUNCHER_NEVER_IMPORTS)) == []

@@ -21,7 +21,7 @@ import contextlib
 import math
 import os
 import re
-import threading
+import _thread  # not threading: the launcher of ``overmind run`` reads settings, and threading costs it 1 ms
 
 from ._util.frozen import Frozen
 
@@ -267,12 +267,12 @@ class Problem(Frozen):
 
 
 # ---- reading ---------------------------------------------------------------------------------------------
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()
 _snapshot: tuple | None = None
 _parsed: Settings | None = None
 _problems: tuple[Problem, ...] = ()
 _warned: set[tuple[str, str]] = set()
-_quiet = threading.local()
+_quiet = _thread._local()
 
 
 def _raw(env: Mapping[str, str]) -> tuple:

@@ -9,8 +9,8 @@ connection itself. See docs/architecture.md, "Trust boundary".
 """
 from __future__ import annotations
 
+import _socket  # not socket, for the launcher of ``overmind run`` (see protocol.py)
 import os
-import socket
 import stat
 import struct
 
@@ -23,9 +23,9 @@ class UntrustedServer(ServerUnavailable):
     """The socket or the process answering on it belongs to another user: nothing is sent or read."""
 
 
-def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+def peer_credentials(sock: _socket.socket) -> tuple[int, int, int]:
     """``(pid, uid, gid)`` of the process that listens at the other end of the connected ``sock``."""
-    return _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+    return _UCRED.unpack(sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, _UCRED.size))
 
 
 def check_socket_file(path: str) -> None:
@@ -44,7 +44,7 @@ def check_socket_file(path: str) -> None:
             f"OVERMIND_RUNTIME_DIR to a private directory of yours.")
 
 
-def check_peer(sock: socket.socket, path: str) -> int:
+def check_peer(sock: _socket.socket, path: str) -> int:
     """Return the server's pid if it runs as this user; else raise ``UntrustedServer``."""
     pid, uid, _gid = peer_credentials(sock)
     if uid != os.getuid():

@@ -15,10 +15,9 @@ outbox (``server/wire.py``) build on :func:`frames`, :func:`fds_received` and :f
 """
 from __future__ import annotations
 
-import array
+import _socket  # not socket: the launcher of ``overmind run`` speaks this protocol, and socket costs it 3 ms
 import json
 import os
-import socket
 import struct
 
 from .._util import interrupts
@@ -37,10 +36,10 @@ MAX_FDS_PER_FRAME = 250
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 
 HEADER = struct.Struct(">I")  # a frame's length
-_FD_SIZE = array.array("i").itemsize
-ANCILLARY_BYTES = socket.CMSG_SPACE(MAX_FDS_PER_FRAME * _FD_SIZE)  # room for one frame's fds
+_FD_SIZE = struct.calcsize("i")
+ANCILLARY_BYTES = _socket.CMSG_SPACE(MAX_FDS_PER_FRAME * _FD_SIZE)  # room for one frame's fds
 # Received fds are close-on-exec so a loader that spawns subprocesses does not leak them.
-RECV_FLAGS = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
+RECV_FLAGS = getattr(_socket, "MSG_CMSG_CLOEXEC", 0)
 
 
 # ---- file entries ----------------------------------------------------------------------------------------
@@ -96,10 +95,10 @@ def fds_received(ancdata: list[tuple[int, int, bytes]], flags: int) -> list[int]
     ``FrameError``, the fds closed, where the kernel had to drop some (the control data was truncated)."""
     fds: list[int] = []
     for level, kind, cdata in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            usable = len(cdata) - len(cdata) % _FD_SIZE
-            fds.extend(array.array("i", cdata[:usable]))
-    if flags & socket.MSG_CTRUNC:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            count = len(cdata) // _FD_SIZE
+            fds.extend(struct.unpack(f"{count}i", cdata[:count * _FD_SIZE]))
+    if flags & _socket.MSG_CTRUNC:
         close_fds(fds)
         raise FrameError(
             "file descriptors were lost in transit (control data truncated); the receiving process may be at its "
@@ -119,7 +118,7 @@ def parse_payload(payload: bytes) -> dict[str, Any]:
     return obj
 
 
-def send_message(sock: socket.socket, obj: dict[str, Any], fds: Iterable[int] = ()) -> None:
+def send_message(sock: _socket.socket, obj: dict[str, Any], fds: Iterable[int] = ()) -> None:
     """Send ``obj`` as one message on a blocking socket, with ``fds`` attached (any number; batched by 250).
 
     The fds stay open in the sender; the receiver gets its own duplicates.
@@ -128,13 +127,14 @@ def send_message(sock: socket.socket, obj: dict[str, Any], fds: Iterable[int] = 
         if batch:
             # The fds ride on the first byte only, so the receiver can read exactly that byte with recvmsg and
             # never pull in ancillary data belonging to a later frame.
-            if socket.send_fds(sock, [data[:1]], batch) != 1:
+            rights = struct.pack(f"{len(batch)}i", *batch)
+            if sock.sendmsg([data[:1]], [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, rights)]) != 1:
                 raise ConnectionClosed("the peer did not accept the first byte of a frame")
             data = data[1:]
         sock.sendall(data)
 
 
-def recv_message(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
+def recv_message(sock: _socket.socket) -> tuple[dict[str, Any], list[int]]:
     """Receive one message from a blocking socket: ``(obj, fds)``. The caller owns the returned fds and must
     close them.
 
@@ -188,7 +188,7 @@ def _frame(obj: dict[str, Any]) -> bytes:
     return HEADER.pack(len(payload)) + payload
 
 
-def _recv_frame(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
+def _recv_frame(sock: _socket.socket) -> tuple[dict[str, Any], list[int]]:
     first, fds = _recv_first_byte(sock)
     try:
         header = first + _recv_exactly(sock, HEADER.size - 1)
@@ -202,7 +202,7 @@ def _recv_frame(sock: socket.socket) -> tuple[dict[str, Any], list[int]]:
     return obj, fds
 
 
-def _recv_first_byte(sock: socket.socket) -> tuple[bytes, list[int]]:
+def _recv_first_byte(sock: _socket.socket) -> tuple[bytes, list[int]]:
     try:
         data, ancdata, flags, _addr = sock.recvmsg(1, ANCILLARY_BYTES, RECV_FLAGS)
     except ConnectionResetError:
@@ -214,7 +214,7 @@ def _recv_first_byte(sock: socket.socket) -> tuple[bytes, list[int]]:
     return data, fds
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+def _recv_exactly(sock: _socket.socket, n: int) -> bytes:
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0

@@ -14,10 +14,9 @@ import contextlib
 import errno
 import fcntl
 import json
+import _socket  # not socket, for the launcher (see ipc/protocol.py)
 import os
-import select
 import signal
-import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -178,6 +177,8 @@ def spawn(runtime_dir: str, preload: list[str], options: list[str], environ: dic
 
 
 def _read_line(fd: int, timeout: float) -> str:
+    import select  # only when this process starts a template
+
     deadline = time.monotonic() + timeout
     data = b""
     while not data.endswith(b"\n"):
@@ -194,13 +195,13 @@ def _read_line(fd: int, timeout: float) -> str:
     return data.decode(errors="replace").strip()
 
 
-def connect(info: dict, timeout: float = 10.0) -> socket.socket:
+def connect(info: dict, timeout: float = 10.0) -> _socket.socket:
     """A connection to the template of ``info``, after checking that it runs as this user."""
     from ..ipc.peer import check_peer, check_socket_file
 
     path = info["socket"]
     check_socket_file(path)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
     sock.settimeout(timeout)
     try:
         sock.connect(path)
