@@ -12,6 +12,8 @@ True
 """
 from __future__ import annotations
 
+import collections
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -19,16 +21,28 @@ if TYPE_CHECKING:
     import torch
 
 _ATOMS = (str, bytes, bytearray, int, float, complex, bool, type(None), type)
+# The exact types of _ATOMS: a container whose items are all of these (a tokenizer's 49k-entry vocabulary) is passed
+# over in one C-level set test, not an isinstance per item.
+_ATOM_TYPES = frozenset({str, bytes, bytearray, int, float, complex, bool, type(None), type})
+# Containers of these exact types are left out when empty (a module's dozen hook dicts), without walking to them;
+# their truth value runs no code of anyone's.
+_BUILTIN_CONTAINERS = frozenset({dict, collections.OrderedDict, list, tuple, set, frozenset})
 MAX_OBJECTS = 500_000  # a walk that meets more objects gives up (None): the publish's own check still holds
+_TENSOR, _MAPPING, _COLLECTION, _CLASS, _OTHER = range(5)  # how the walk treats an object of a type
 
 
 def storages(result: Any) -> list[torch.UntypedStorage] | None:
     """The distinct storages of the tensors ``result`` holds (meta ones have no bytes and are left out), or None
-    when the walk meets more than :data:`MAX_OBJECTS` objects."""
+    when the walk meets more than :data:`MAX_OBJECTS` objects.
+
+    The walk follows the values of dicts, the items of lists, tuples and sets, and the ``__dict__`` values of any
+    other object (not of classes), and stops at tensors and atoms."""
     import torch
 
     found: dict[tuple[str, int, int], torch.UntypedStorage] = {}
     seen: set[int] = set()
+    kinds: dict[type, int] = {}
+    atom_types, containers = _ATOM_TYPES, _BUILTIN_CONTAINERS
     stack = [result]
     met = 0
     while stack:
@@ -39,20 +53,45 @@ def storages(result: Any) -> list[torch.UntypedStorage] | None:
         met += 1
         if met > MAX_OBJECTS:
             return None
-        if isinstance(obj, torch.Tensor):
+        t = type(obj)
+        kind = kinds.get(t)
+        if kind is None:
+            kind = kinds[t] = _kind(obj, torch.Tensor)
+        if kind == _TENSOR:
             if obj.device.type != "meta":
                 s = obj.untyped_storage()
                 found.setdefault((str(s.device), s.data_ptr(), s.nbytes()), s)
             continue
-        if isinstance(obj, dict):
+        if kind == _MAPPING:
             children: Any = obj.values()
-        elif isinstance(obj, (list, tuple, set, frozenset)):
+        elif kind == _COLLECTION:
             children = obj
+        elif kind == _CLASS:
+            continue
         else:
             children = getattr(obj, "__dict__", None)
-            children = children.values() if isinstance(children, dict) and not isinstance(obj, type) else ()
-        stack.extend(c for c in children if not isinstance(c, _ATOMS) and id(c) not in seen)
+            if not isinstance(children, dict):
+                continue
+            children = children.values()
+        if atom_types.issuperset(map(type, children)):
+            continue
+        stack.extend(c for c in children if type(c) not in atom_types and not isinstance(c, _ATOMS)
+                     and id(c) not in seen and (type(c) not in containers or c))
     return list(found.values())
+
+
+def _kind(obj: Any, tensor_type: type) -> int:
+    """How :func:`storages` walks objects of ``type(obj)`` (asked of the first one met: ``isinstance``, as the walk
+    would ask of each)."""
+    if isinstance(obj, tensor_type):
+        return _TENSOR
+    if isinstance(obj, dict):
+        return _MAPPING
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return _COLLECTION
+    if isinstance(obj, type):
+        return _CLASS
+    return _OTHER
 
 
 def total(found: list[torch.UntypedStorage]) -> int:
