@@ -7,6 +7,8 @@ import importlib.metadata as metadata
 import importlib.util
 import sys
 
+import pytest
+
 from overmind.keys import code_identity
 
 
@@ -66,3 +68,25 @@ def test_a_top_levels_distribution_is_remembered_until_something_is_installed_or
     shutil.rmtree(tmp_path / "omfake-1.0.dist-info")  # an upgrade: the folder on sys.path changes
     _install(tmp_path, "2.0")
     assert code_identity._versions_providing("omfake") == (("omfake", "2.0"),)
+
+
+def test_a_distribution_declaring_no_top_level_modules_is_found_by_its_files_without_reading_every_record(
+        tmp_path, monkeypatch):
+    # What a maturin-built wheel (tokenizers) installs: no top_level.txt, its package listed in RECORD.
+    for name, files in (("omrust", ["omrust/__init__.py", "omrust/omrust.abi3.so"]), ("omdata", ["omdata.json"])):
+        info = tmp_path / f"{name}-1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        (info / "RECORD").write_text("".join(f"{f},sha256=x,1\n" for f in files) + f"{name}-1.0.dist-info/RECORD,,\n")
+    (tmp_path / "omrust").mkdir()
+    (tmp_path / "omrust" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert sorted(set(metadata.packages_distributions()["omrust"])) == ["omrust"], "importlib.metadata infers it"
+
+    def every_record():
+        raise AssertionError("every distribution's record was read")
+
+    monkeypatch.setattr(code_identity, "_packages_distributions", every_record)
+    assert code_identity._distributions_providing("omrust") == ["omrust"]
+    with pytest.raises(AssertionError, match="every distribution's record"):
+        code_identity._distributions_providing("omdata")  # no package of that name in its files: ask them all

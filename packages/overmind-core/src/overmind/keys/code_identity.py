@@ -63,17 +63,27 @@ def _distributions_providing(top: str) -> list[str]:
     """The distributions that install the top-level module ``top``.
 
     The usual case (``diffusers`` from the distribution ``diffusers``) is checked directly against that
-    distribution's own record of its top-level modules; only otherwise is every installed distribution's
-    record read (``packages_distributions``, ~80 ms, which a warm load cannot afford). The distribution's
-    own record is read through :mod:`overmind._util.distributions`, which finds what :mod:`importlib.metadata` finds
-    without its ``email`` parser (~1.5 ms a distribution, paid in every warm process).
+    distribution's own record of its top-level modules: the names its ``top_level.txt`` declares, or, where it
+    declares none (a wheel built by maturin, such as ``tokenizers``), a package of that name among its installed
+    files (``RECORD``), which ``importlib.metadata`` infers a top-level module from in the same case. Only
+    otherwise is every installed distribution's record read (``packages_distributions``, ~80 ms, which neither a
+    warm load nor a cold one, pickling ``tokenizers``' classes, can afford). The distribution's own record is read
+    through :mod:`overmind._util.distributions`, which finds what :mod:`importlib.metadata` finds without its
+    ``email`` parser (~1.5 ms a distribution, paid in every warm process).
     """
     guess = distributions.distribution(top)
-    if guess is not None:
-        listed = guess.read_text("top_level.txt")
-        if listed is not None and top in listed.split() and guess.name:
+    if guess is not None and guess.name:
+        declared = (guess.read_text("top_level.txt") or "").split()
+        if top in declared or (not declared and _installs_package(guess, top)):
             return [guess.name]
     return sorted(set(_packages_distributions().get(top, ())))
+
+
+def _installs_package(dist: distributions.Distribution, top: str) -> bool:
+    """Whether ``dist``'s installed files hold a Python file of package ``top`` (``top/.../*.py``): then
+    ``importlib.metadata`` infers ``top`` as one of its top-level modules, in every Python version."""
+    parts = dist.file_parts() or []
+    return any(len(p) > 1 and p[0] == top and p[-1].endswith(".py") for p in parts)
 
 
 @functools.lru_cache(maxsize=4096)
