@@ -216,3 +216,33 @@ def test_each_spec_records_the_parameters_of_its_hook():
 
     for name, spec in hookspecs.SPECS.items():
         assert spec.args == tuple(inspect.signature(getattr(hookspecs, name)).parameters), name
+
+
+def test_routed_classmethods_are_the_originals_bound_to_the_class_a_call_reaches():
+    from overmind.adapters import patching
+
+    class Base:
+        @classmethod
+        def load(cls, x):
+            return (cls, x)
+
+    class Sub(Base):
+        pass
+
+    class Own(Base):
+        @classmethod
+        def load(cls, x):  # its own loader, not patched: a call on Own is not routed
+            return x
+
+    target = patching.PatchTarget(Base, "load", kind="classmethod", adapter="test")
+    assert patching.routed_classmethods(Sub) == []
+    patching.apply(target, lambda fn, *a, **k: fn(*a, **k))
+    try:
+        [fn] = patching.routed_classmethods(Sub)
+        assert fn.__self__ is Sub and fn.__func__ is vars(Base)["load"].__func__.__wrapped__
+        assert fn(3) == (Sub, 3), "the original, bound to the class the call is made on"
+        assert patching.routed_classmethods(Own) == []
+        assert [f.__self__ for f in patching.routed_classmethods(Base)] == [Base]
+    finally:
+        patching.restore(target)
+    assert patching.routed_classmethods(Sub) == []

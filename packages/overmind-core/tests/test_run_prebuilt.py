@@ -40,6 +40,10 @@ def warns(size):
 def draws(size):  # a loader that draws: its entry is the variant of the generator's state before the call
     return {"weights": torch.rand(size)}
 
+from overmind.adapters.patching import routed_classmethods
+from overmind.keys.key import _signatures, describe_loader
+# whether BertModel.from_pretrained's signature was read before this program's first load (the spare's warm-up)
+described_ahead = [describe_loader(fn).func in _signatures for fn in routed_classmethods(BertModel)]
 torch.manual_seed(7)
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
@@ -57,7 +61,7 @@ print(json.dumps({
     "ahead": sum("built ahead by the template" in m for m in said),
     "bert_ahead": sum("built ahead by the template" in m and "BertModel" in m for m in said),
     "hits": sum(m.startswith("hit ") for m in said),
-    "pid": __import__("os").getpid(),
+    "pid": __import__("os").getpid(), "described_ahead": described_ahead,
 }))
 """
 
@@ -111,6 +115,8 @@ def test_a_child_takes_the_object_built_ahead_and_it_is_a_fresh_hits_object(rt, 
         assert served[field] == fresh[field] == published[field], field
     assert served["second_is_new"]
     assert "FutureWarning: a loader's own warning" in served["warnings"], "the loader's warning is issued again"
+    assert served["described_ahead"] == [True] and fresh["described_ahead"] == [False], \
+        "the spare described the loader of the object built ahead; a fresh process describes it at its first load"
     again = _served(rt, script, model)
     assert again["ahead"] == 3 and again["pid"] != served["pid"], "every child takes its own copy"
 

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
     Route = Callable[..., Any]  # route(loader, *args, **kwargs): what a patched loader calls instead
 
-__all__ = ["PatchTarget", "PatchError", "apply", "restore", "is_patched", "get_original", "patched_targets"]
+__all__ = ["PatchTarget", "PatchError", "apply", "restore", "is_patched", "get_original", "patched_targets",
+           "routed_classmethods"]
 
 _KINDS = ("classmethod", "function", "staticmethod", "replace")
 
@@ -102,6 +103,20 @@ def get_original(owner: Any, name: str) -> Any:
 def patched_targets() -> list[PatchTarget]:
     """Every target currently patched, in patch order."""
     return [r.target for r in _records.values()]
+
+
+def routed_classmethods(cls: type) -> list[Any]:
+    """The loaders a call ``cls.<name>(...)`` routes, for each patched classmethod ``cls`` reaches: the original
+    bound to ``cls``, as the route receives it (the nearest definition along ``cls.__mro__`` is the patched one)."""
+    found = []
+    with _lock:
+        records = list(_records.values())
+    for name in dict.fromkeys(r.target.name for r in records if r.target.kind == "classmethod"):
+        owner = next((c for c in getattr(cls, "__mro__", ()) if name in vars(c)), None)
+        rec = _records.get(_slot(owner, name)) if owner is not None else None
+        if rec is not None and rec.target.kind == "classmethod" and isinstance(rec.original, classmethod):
+            found.append(rec.original.__get__(None, cls))
+    return found
 
 
 def _make_wrapper(target: PatchTarget, original: Any, route: Route | None) -> Any:

@@ -79,7 +79,8 @@ def loader_identity(loader: Loader, walk: Walk | None = None) -> tuple:
 _signatures: weakref.WeakKeyDictionary[Callable, dict[bool, inspect.Signature]] = weakref.WeakKeyDictionary()
 
 
-def _signature(loader: Loader) -> inspect.Signature:
+def signature_of(loader: Loader) -> inspect.Signature:
+    """The loader's signature (remembered per function, weakly)."""
     fn = loader.fn
     bound = loader.owner is not None
     cacheable = not isinstance(fn, functools.partial)
@@ -101,7 +102,7 @@ def _signature(loader: Loader) -> inspect.Signature:
 
 def bind_arguments(loader: Loader, args: tuple, kwargs: dict) -> dict[str, Any]:
     """Bind to the loader's signature with defaults applied; ``**kwargs`` are flattened in."""
-    sig = _signature(loader)
+    sig = signature_of(loader)
     try:
         bound = sig.bind(*args, **kwargs)
     except TypeError as e:

@@ -80,15 +80,31 @@ def wait_for_job(template, sock: socket.socket) -> tuple[socket.socket, dict, li
 
 
 def warm() -> None:
-    """Check the provenance of every object built ahead once, as a hit that passes it to another load will: the
-    pages whose reference counts that walk writes are copied here, before the request, instead of during the
-    program's first loads. The check only reads; what it finds is found again at the hit."""
+    """Do ahead what a hit on the objects built ahead does first in a process, where it only reads: check their
+    provenance once, as a hit that passes one to another load will (the pages whose reference counts that walk
+    writes are copied here, not during the program's first loads), and describe the loaders that built them, as
+    their keys will (a loader's first description reads its distribution's records and signature: ~1.5 ms). What
+    is found is found again at the hit."""
     try:
         from ..entries import prebuilt
         from ..keys import provenance
 
-        for obj in prebuilt.objects():
+        objects = prebuilt.objects()
+        for obj in objects:
             if provenance.tracked(obj):
                 provenance.origin_of(obj)
+        _describe_loaders({type(obj) for obj in objects})
     except Exception:  # a spare that cannot warm up is still a spare
         pass
+
+
+def _describe_loaders(classes: set) -> None:
+    from ..adapters import patching
+    from ..keys import key, torch_state
+
+    for cls in classes:
+        for fn in patching.routed_classmethods(cls):
+            loader = key.describe_loader(fn)
+            key.loader_identity(loader)
+            key.signature_of(loader)
+    torch_state.key_part()
