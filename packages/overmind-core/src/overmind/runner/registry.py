@@ -14,9 +14,9 @@ import contextlib
 import errno
 import fcntl
 import json
-import _socket  # not socket, for the launcher (see ipc/protocol.py)
+import _signal  # not signal nor socket: the launcher imports this module (see ipc/protocol.py)
+import _socket
 import os
-import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -222,7 +222,7 @@ def stop_all(runtime_dir: str | None = None, timeout: float = 10.0) -> list[int]
     pids = sorted(serving | set(template_pids(runtime.runtime_dir(runtime_dir))))
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, _signal.SIGTERM)
 
     def still_serving() -> list[int]:
         listening = {int(info["pid"]) for info in templates(runtime_dir)}
@@ -234,7 +234,7 @@ def stop_all(runtime_dir: str | None = None, timeout: float = 10.0) -> list[int]
     killed = still_serving()
     for pid in killed:
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, _signal.SIGKILL)
     deadline = time.monotonic() + 5.0  # SIGKILL is delivered asynchronously: listed no more once it has been
     while any(alive(p) for p in killed) and time.monotonic() < deadline:
         time.sleep(0.02)
