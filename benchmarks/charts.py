@@ -237,6 +237,13 @@ def rows(cur: dict[str, Result]) -> list[Row]:
                 out.append(Row("run", "blog script, `overmind run`: the 4 calls inside the child", "s",
                                median(plain, "load_s"), None, median(run, "load_s"), ratio(plain, run, "load_s"),
                                None, f"{len(plain)}/-/{len(run)}"))
+        launch = r.data["groups"].get("launcher")
+        if launch and len(launch) == 2:
+            python, overmind = (launch[m] for m in launch)
+            out.append(Row("run", "`overmind run -c pass`, start to exit (plain column: `python -c pass`; below 1x: "
+                           "slower than python)", "s", median(python, "process_s"), None,
+                           median(overmind, "process_s"), ratio(python, overmind, "process_s"), None,
+                           f"{len(python)}/-/{len(overmind)}"))
     r = cur.get("zerocopy-fp16")
     if r is not None:
         g = r.data["groups"]
