@@ -5,8 +5,8 @@ One template for the module: its imports take seconds.
 """
 from __future__ import annotations
 
-import os
 import json
+import os
 import subprocess
 import sys
 

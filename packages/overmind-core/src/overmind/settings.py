@@ -17,11 +17,11 @@ only the standard library: the server imports it too, and must stay torch-free.
 """
 from __future__ import annotations
 
+import _thread  # not threading: the launcher of ``overmind run`` reads settings, and threading costs it 1 ms
 import contextlib
 import math
 import os
 import re
-import _thread  # not threading: the launcher of ``overmind run`` reads settings, and threading costs it 1 ms
 
 from ._util.frozen import Frozen
 

@@ -10,12 +10,12 @@ warnings among it) goes to ``templates.log``.
 """
 from __future__ import annotations
 
+import _signal  # not signal nor socket: the launcher imports this module (see ipc/protocol.py)
+import _socket
 import contextlib
 import errno
 import fcntl
 import json
-import _signal  # not signal nor socket: the launcher imports this module (see ipc/protocol.py)
-import _socket
 import os
 import sys
 import time
