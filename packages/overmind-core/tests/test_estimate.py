@@ -1,7 +1,8 @@
 """``entries/estimate.py`` finds exactly the storages a plain walk of the object graph finds: the values of dicts, the
 items of lists, tuples and sets, the ``__dict__`` of other objects (not classes), stopping at tensors and atoms.
 Generated graphs (shared storages, views, meta tensors, empty and nested containers, cycles, objects whose truth
-value must not be asked) are compared with that walk written the obvious way."""
+value must not be asked, proxies of one type wrapping a tensor or a dict) are compared with that walk written the
+obvious way."""
 from __future__ import annotations
 
 import collections
@@ -53,6 +54,21 @@ class NoTruth:
 
     def __len__(self):
         raise AssertionError("the estimate asked an object for its length")
+
+
+class Proxy:
+    """An object that answers isinstance as the object it wraps (``__class__``), as wrapt's proxies do: two proxies
+    of one type can be a tensor and a dict."""
+
+    def __init__(self, target):
+        object.__setattr__(self, "_target", target)
+
+    @property
+    def __class__(self):
+        return type(self._target)
+
+    def __getattr__(self, name):
+        return getattr(self._target, name)
 
 
 class MyDict(dict):
@@ -107,6 +123,8 @@ def graphs():
             st.lists(children, max_size=4).map(holder),
             st.lists(children, max_size=4).map(no_truth),
             st.lists(ATOM_VALUES, max_size=4).map(frozenset),
+            st.dictionaries(st.text(max_size=3), children, max_size=3).map(Proxy),
+            tensors().map(Proxy),
         )
 
     return st.recursive(st.one_of(tensors(), ATOM_VALUES), extend, max_leaves=30)

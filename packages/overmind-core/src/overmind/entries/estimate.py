@@ -56,7 +56,9 @@ def storages(result: Any) -> list[torch.UntypedStorage] | None:
         t = type(obj)
         kind = kinds.get(t)
         if kind is None:
-            kind = kinds[t] = _kind(obj, torch.Tensor)
+            kind = _kind(obj, torch.Tensor)
+            if not any("__class__" in vars(b) for b in t.__mro__[:-1]):
+                kinds[t] = kind  # a type whose instances all answer isinstance alike (no __class__ of their own)
         if kind == _TENSOR:
             if obj.device.type != "meta":
                 s = obj.untyped_storage()
@@ -81,8 +83,8 @@ def storages(result: Any) -> list[torch.UntypedStorage] | None:
 
 
 def _kind(obj: Any, tensor_type: type) -> int:
-    """How :func:`storages` walks objects of ``type(obj)`` (asked of the first one met: ``isinstance``, as the walk
-    would ask of each)."""
+    """How :func:`storages` walks ``obj`` (by ``isinstance``); the same for every object of its type unless the type
+    gives its instances a ``__class__`` of their own (a proxy), which the walk then asks of each."""
     if isinstance(obj, tensor_type):
         return _TENSOR
     if isinstance(obj, dict):
