@@ -209,3 +209,31 @@ def test_the_scan_answers_on_this_kernel_and_sees_one_written_page(tmp_path):
     assert pagemap._scan_works
     del buf
     mm.close()
+
+
+def test_ranges_on_both_sides_of_a_hole_and_of_a_written_page_answer_the_truth(tmp_path):
+    """One scan of the whole extent answers for every range when nothing in it was written, holes included; a
+    written page between the ranges sends the question span by span, which answers for the ranges alone."""
+    import ctypes
+
+    page = pagemap.PAGE
+    mm, buf, ptr = _private_file_mapping(tmp_path, 12)
+    assert mm[0] == 0 and mm[11 * page] == 11 * page % 256
+    ranges = [(ptr, 2 * page), (ptr + 10 * page, 2 * page)]
+    assert pagemap.all_pristine(ranges)
+    if _kernel_scans():
+        assert pagemap._extent_unwritten(ranges)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    assert libc.munmap(ptr + 4 * page, 2 * page) == 0  # a hole between the ranges
+    assert pagemap.all_pristine(ranges)
+    if _kernel_scans():
+        assert pagemap._extent_unwritten(ranges)
+    mm[7 * page] = 1  # a written page between them, in none of them
+    assert pagemap.all_pristine(ranges)
+    if _kernel_scans():
+        assert not pagemap._extent_unwritten(ranges)
+    mm[11 * page] = 1  # and one in a range
+    assert not pagemap.all_pristine(ranges)
+    del buf
+    mm.close()  # munmap of the whole mapping, hole included

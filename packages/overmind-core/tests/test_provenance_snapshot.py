@@ -78,13 +78,16 @@ def test_every_change_shows(what):
     m.config = {"a": 1}
     describe = repr
     before = provenance.snapshot(m, describe)
-    kept = provenance._kept(before)  # what a record keeps and compares (test_provenance_kept.py)
+    kept = provenance._kept(before)  # the Python form a record keeps (test_provenance_kept.py)
     assert kept[0] == "module-kept"
+    form = provenance.fingerprint(m, describe)[0]  # what a record keeps (test_provenance_digest.py)
     assert provenance.snapshot(m, describe) == before  # nothing changed: equal
     assert provenance._kept(provenance.snapshot(m, describe)) == kept
+    assert provenance.fingerprint(m, describe)[0] == form
     CHANGES[what](m)
     assert provenance.snapshot(m, describe) != before, what
     assert provenance._kept(provenance.snapshot(m, describe)) != kept, what
+    assert provenance.fingerprint(m, describe)[0] != form, what
 
 
 def test_the_snapshot_lists_every_tensor_of_the_tree_once_per_place():

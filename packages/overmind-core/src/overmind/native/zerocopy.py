@@ -46,6 +46,7 @@ __all__ = [
     "script_module_from_storage",
     "tensor_rebuild",
     "provenance_walk",
+    "provenance_digest",
     "stack_room",
     "describe",
     "IMPLEMENTATION",
@@ -152,6 +153,7 @@ _PYTHON = SimpleNamespace(
     script_module_from_storage=_py_script_module_from_storage,
     tensor_rebuild=tensors.rebuild_from_untyped,
     provenance_walk=None,  # overmind.keys.provenance walks in Python
+    provenance_digest=None,  # overmind.keys.provenance keeps its Python form
     stack_room=None,  # unknown: deepstack pickles on a helper thread
 )
 
@@ -183,6 +185,7 @@ def _compiled(ext: Any) -> SimpleNamespace:
         tensor_rebuild=(ext.tensor_rebuilder(tensors.rebuild_from_untyped) if hasattr(ext, "tensor_rebuilder")
                         else tensors.rebuild_from_untyped),
         provenance_walk=getattr(ext, "provenance_walk", None),  # csrc/provenance_walk.cpp; older builds: None
+        provenance_digest=getattr(ext, "provenance_digest", None),  # csrc/provenance_digest.cpp; older builds: None
         stack_room=getattr(ext, "stack_room", None),  # csrc/stack_room.cpp; older builds: None
     )
 
@@ -288,6 +291,12 @@ def provenance_walk() -> Any:
     """The compiled walk behind ``overmind.keys.provenance.snapshot`` (``csrc/provenance_walk.cpp``), or ``None`` when
     the ``python`` implementation is active: provenance then walks in Python. Both build equal snapshots."""
     return _impl.provenance_walk
+
+
+def provenance_digest() -> Any:
+    """The compiled compact form behind ``overmind.keys.provenance.fingerprint`` (``csrc/provenance_digest.cpp``), or
+    ``None`` when the ``python`` implementation is active: a record then keeps the snapshot's Python form."""
+    return _impl.provenance_digest
 
 
 def script_module_from_storage(storage: torch.UntypedStorage, map_location: Any = None) -> torch.jit.ScriptModule:

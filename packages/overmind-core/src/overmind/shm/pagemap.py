@@ -42,8 +42,13 @@ def is_pristine(ptr: int, nbytes: int) -> bool:
 def all_pristine(ranges: list[tuple[int, int]]) -> bool:
     """Whether every ``(ptr, nbytes)`` range is untouched; reads /proc/self/pagemap once per cluster of
     nearby ranges (a module's parameters in one mapping are one read), not once per tensor."""
+    live = [r for r in ranges if r[1] > 0]
+    if not live:
+        return True
+    if len(live) > 1 and _extent_unwritten(live):
+        return True
     spans: list[list] = []  # [first page, last page, (first, last) of each range in it...]
-    for ptr, nbytes in sorted(r for r in ranges if r[1] > 0):
+    for ptr, nbytes in sorted(live):
         first, last = ptr // PAGE, (ptr + nbytes - 1) // PAGE
         if spans and first <= spans[-1][1] + _MERGE_GAP_PAGES:
             spans[-1][1] = max(spans[-1][1], last)
@@ -67,6 +72,26 @@ def all_pristine(ranges: list[tuple[int, int]]) -> bool:
         interrupts.raise_users(exc)
         return False  # cannot tell: copy the bytes rather than risk referencing modified ones
     return True
+
+
+# The most pages one scan of a whole extent covers (64 GiB of address space); a wider one is asked span by span.
+_EXTENT_PAGES = 1 << 24
+
+
+def _extent_unwritten(ranges: list[tuple[int, int]]) -> bool:
+    """True when one kernel scan from the lowest range's first page to the highest range's last finds no written
+    page (gaps between the ranges included: then none of them holds one). A module's storages lie in one or two
+    mappings, so this one call answers for all of them, without the per-range work of the span-by-span path
+    (~0.2 ms for a ControlNet's 340 storages)."""
+    first = min(ranges)[0] // PAGE
+    last = (max(p + n for p, n in ranges) - 1) // PAGE
+    if last - first >= _EXTENT_PAGES:
+        return False
+    try:
+        return _scan_finds_no_written_page(_pagemap_fd(), first, last)
+    except OSError as exc:
+        interrupts.raise_users(exc)
+        return False  # the span-by-span path answers
 
 
 # PAGEMAP_SCAN (linux/fs.h): _IOWR('f', 16, struct pm_scan_arg), the argument twelve u64s (96 bytes). A page's

@@ -30,6 +30,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("provenance_walk", &overmind::provenance_walk, py::arg("root"), py::arg("tensor_type"),
         py::arg("parameter_type"), py::arg("not_tensor_types"), py::arg("loose_tensors"), py::arg("python_row"),
         "(modules, rows) of overmind.keys.provenance.snapshot's walk of a module tree, built in C.");
+  m.def("provenance_digest", &overmind::provenance_digest, py::arg("root"), py::arg("tensor_type"),
+        py::arg("parameter_type"), py::arg("not_tensor_types"), py::arg("loose_tensors"), py::arg("python_row"),
+        "(bytes, values, rows, held, ranges): the compact form overmind.keys.provenance.fingerprint keeps of a module "
+        "tree, built in C.");
   m.def("stack_room", &overmind::stack_room,
         "Bytes of C stack left to the calling thread below this call; -1 when its bounds are unknown.");
   m.def("arena_open", &overmind::arena_open, py::arg("threshold"),

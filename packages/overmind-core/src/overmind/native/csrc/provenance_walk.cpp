@@ -22,6 +22,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "py_access.h"
 #include "zerocopy.h"
 
 namespace py = pybind11;
@@ -29,65 +30,12 @@ namespace py = pybind11;
 namespace overmind {
 namespace {
 
-py::object steal(PyObject* obj) {
-  if (obj == nullptr) {
-    throw py::error_already_set();
-  }
-  return py::reinterpret_steal<py::object>(obj);
-}
+using py_access::item;
+using py_access::items_of;
+using py_access::steal;
+using py_access::truthy;
 
-// (key, value) pairs of a mapping in its iteration order: PyDict_Next for an exact dict, items() for any other (an
-// OrderedDict's own order can differ from its underlying dict's after move_to_end).
-std::vector<std::pair<py::object, py::object>> items_of(PyObject* mapping) {
-  std::vector<std::pair<py::object, py::object>> out;
-  if (PyDict_CheckExact(mapping)) {
-    out.reserve(PyDict_GET_SIZE(mapping));
-    Py_ssize_t pos = 0;
-    PyObject *key = nullptr, *value = nullptr;
-    while (PyDict_Next(mapping, &pos, &key, &value)) {
-      out.emplace_back(py::reinterpret_borrow<py::object>(key), py::reinterpret_borrow<py::object>(value));
-    }
-    return out;
-  }
-  py::object items = steal(PyObject_CallMethod(mapping, "items", nullptr));
-  for (py::handle pair : items) {
-    py::tuple kv = py::reinterpret_borrow<py::tuple>(pair);
-    out.emplace_back(kv[0], kv[1]);
-  }
-  return out;
-}
-
-PyObject* item(PyObject* dict, const py::str& key) {
-  // d["_parameters"]: a KeyError like the Python walk's when it is missing
-  PyObject* value = PyDict_GetItemWithError(dict, key.ptr());  // borrowed
-  if (value == nullptr) {
-    if (!PyErr_Occurred()) {
-      PyErr_SetObject(PyExc_KeyError, key.ptr());
-    }
-    throw py::error_already_set();
-  }
-  return value;
-}
-
-py::str interned(const char* text) {
-  return py::reinterpret_steal<py::str>(steal(PyUnicode_InternFromString(text)).release());
-}
-
-py::object size_of(PyObject* obj) {
-  const Py_ssize_t n = PyObject_Size(obj);
-  if (n < 0) {
-    throw py::error_already_set();
-  }
-  return steal(PyLong_FromSsize_t(n));
-}
-
-bool truthy(PyObject* obj) {
-  const int r = PyObject_IsTrue(obj);
-  if (r < 0) {
-    throw py::error_already_set();
-  }
-  return r == 1;
-}
+py::object size_of(PyObject* obj) { return steal(PyLong_FromSsize_t(py_access::length(obj))); }
 
 py::tuple tensor_row(py::handle t, PyObject* tensor_type, PyObject* parameter_type, const py::object& size_type,
                      const py::object& python_row) {
@@ -133,6 +81,7 @@ py::tuple provenance_walk(py::handle root, py::handle tensor_type, py::handle pa
   std::vector<py::object> tensors;
   std::unordered_set<PyObject*> seen;  // ids, as the Python walk's set of id(m): every module stays alive meanwhile
   std::vector<py::object> stack{py::reinterpret_borrow<py::object>(root)};
+  using py_access::interned;
   const py::str dict_name = interned("__dict__"), training_name = interned("training"), grad_name = interned("grad");
   const py::str parameters_key = interned("_parameters"), buffers_key = interned("_buffers"),
                 modules_key = interned("_modules"), hooks_key = interned("_forward_hooks"),
@@ -174,22 +123,7 @@ py::tuple provenance_walk(py::handle root, py::handle tensor_type, py::handle pa
       brow = row;
     }
     // _loose_tensors: () when every attribute's type is a known non-tensor type, else the Python function decides
-    bool all_known = true;
-    {
-      Py_ssize_t pos = 0;
-      PyObject *key = nullptr, *value = nullptr;
-      while (PyDict_Next(d.ptr(), &pos, &key, &value)) {
-        const int known = PySet_Contains(not_tensor_types.ptr(), reinterpret_cast<PyObject*>(Py_TYPE(value)));
-        if (known < 0) {
-          throw py::error_already_set();
-        }
-        if (!known) {
-          all_known = false;
-          break;
-        }
-      }
-    }
-    if (!all_known) {
+    if (!py_access::all_types_known(d.ptr(), not_tensor_types.ptr())) {
       py::object loose = loose_tensors(d, tensor_type);
       if (truthy(loose.ptr())) {
         py::list row;

@@ -37,4 +37,10 @@ pybind11::tuple provenance_walk(pybind11::handle root, pybind11::handle tensor_t
                                 pybind11::handle not_tensor_types, pybind11::object loose_tensors,
                                 pybind11::object python_row);
 
+// module -> (bytes, values, rows, held, ranges): the compact form overmind.keys.provenance.fingerprint keeps and
+// compares, with the storage ranges its page check asks about (provenance_digest.cpp).
+pybind11::tuple provenance_digest(pybind11::handle root, pybind11::handle tensor_type, pybind11::handle parameter_type,
+                                  pybind11::handle not_tensor_types, pybind11::object loose_tensors,
+                                  pybind11::object python_row);
+
 }  // namespace overmind
