@@ -55,3 +55,27 @@ def test_a_mapping_leaves_the_registry_when_its_last_storage_dies():
     del s
     gc.collect()
     assert not mappings.contains(ptr) and not mappings.contain_all([ptr])
+
+
+class _Holder:
+    """Stands for an mmap: the registry keeps a weak reference to it."""
+
+
+def test_contain_all_answers_as_contains_for_each_address(monkeypatch):
+    """Every list of up to three addresses taken from each side of each end of registered spans (two of them
+    adjacent), between them and outside: contain_all (which answers at once when one span holds the lowest and the
+    highest) says what contains says of each."""
+    import itertools
+
+    monkeypatch.setattr(mappings, "_starts", [])
+    monkeypatch.setattr(mappings, "_spans", {})
+    base = 1 << 40
+    holders = []
+    for i, (start, end) in enumerate([(0, 100), (100, 150), (300, 400), (1000, 1001)]):
+        holders.append(_Holder())
+        mappings.register(f"e-{i}", base + start, base + end, holders[-1])  # type: ignore[arg-type]
+    edges = [-1, 0, 1, 99, 100, 101, 149, 150, 151, 200, 299, 300, 399, 400, 999, 1000, 1001]
+    for n in range(4):
+        for offsets in itertools.product(edges, repeat=n):
+            ptrs = [base + o for o in offsets]
+            assert mappings.contain_all(ptrs) == all(mappings.contains(p) for p in ptrs), offsets

@@ -91,8 +91,14 @@ def contains(ptr: int) -> bool:
 
 def contain_all(ptrs: list[int]) -> bool:
     """Whether every address in ``ptrs`` lies in a live entry mapping: :func:`contains` for each, under one lock
-    (a pipeline's provenance check asks about ~900 storages)."""
+    (a pipeline's provenance check asks about ~900 storages). A module's storages mostly lie in one mapping: when
+    the one that holds the lowest address also holds the highest, it holds every address between."""
+    if not ptrs:
+        return True
     with _lock:
+        span = _live_span(min(ptrs))
+        if span is not None and max(ptrs) < span[1]:
+            return True
         return all(_live_span(p) is not None for p in ptrs)
 
 
