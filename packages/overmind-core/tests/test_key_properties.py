@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import math
 import struct
+import typing
 
 import pytest
 import torch
@@ -392,6 +394,52 @@ def test_dtype_and_torch_dtype_share_a_key(tmp_path, activated):
 
     assert key_for(dtype=torch.float16) == key_for(torch_dtype=torch.float16)
     assert key_for(dtype=torch.float16) != key_for(dtype=torch.float32)
+
+
+# --- signatures (a hub loader's decorator keeps one in its closure) -------------------------------------
+
+_P = inspect.Parameter
+ANNOTATIONS = [_P.empty, int, str, int | None, list[int], typing.Any, typing.Self, typing.ClassVar]
+
+
+@st.composite
+def signatures(draw):
+    names = draw(st.lists(st.sampled_from(["path", "a", "b", "c"]), unique=True, max_size=3))
+    params = [_P(n, draw(st.sampled_from([_P.POSITIONAL_OR_KEYWORD, _P.KEYWORD_ONLY])) if i == 0 else _P.KEYWORD_ONLY,
+                 default=draw(st.just(_P.empty) | atoms), annotation=draw(st.sampled_from(ANNOTATIONS)))
+              for i, n in enumerate(names)]
+    if draw(st.booleans()):
+        params.append(_P("kwargs", _P.VAR_KEYWORD))
+    return inspect.Signature(params, return_annotation=draw(st.sampled_from(ANNOTATIONS)))
+
+
+def same_signature(a, b) -> bool:
+    pa, pb = list(a.parameters.values()), list(b.parameters.values())
+    return a.return_annotation is b.return_annotation and len(pa) == len(pb) and all(
+        x.name == y.name and x.kind == y.kind and x.annotation is y.annotation and same_to_a_loader(x.default, y.default)
+        for x, y in zip(pa, pb))
+
+
+@SETTINGS
+@given(signatures(), signatures())
+def test_signatures_a_loader_tells_apart_never_share_a_key(a, b):
+    assert (key_of(a) == key_of(b)) == same_signature(a, b)
+
+
+@SETTINGS
+@given(signatures())
+def test_a_signature_built_again_shares_the_key(a):
+    again = inspect.Signature([_P(p.name, p.kind, default=p.default, annotation=p.annotation)
+                               for p in a.parameters.values()], return_annotation=a.return_annotation)
+    assert key_of(again) == key_of(a)
+
+
+def test_special_forms_are_keyed_by_name_only_when_they_are_typings_own():
+    forms = [typing.Any, typing.Self, typing.ClassVar, typing.NoReturn, typing.Optional]
+    assert len({key_of(f) for f in forms}) == len(forms)
+    lookalike = typing._SpecialForm(lambda self, parameters: parameters)  # named after its function: "<lambda>"
+    lookalike._name = "Self"
+    assert key_or_none(lookalike) != key_of(typing.Self)
 
 
 def test_nan_payloads_and_signed_zeros_are_told_apart():

@@ -287,8 +287,9 @@ class Walk:
 
 
 def _builtin_form(walk: Walk, v: Any, t: type, depth: int) -> Any:
-    """Builtin C types whose whole state is public: read-only dict views, typing aliases, compiled regular
-    expressions, memoising wrappers (keyed by the function they wrap: a cache does not change results)."""
+    """Builtin types whose whole state is public: read-only dict views, typing aliases and special forms, compiled
+    regular expressions, memoising wrappers (keyed by the function they wrap: a cache does not change results),
+    signatures and their parameters."""
     if t is types.MappingProxyType:
         return ("mappingproxy", walk._items(dict(v), depth))
     if t is types.GenericAlias or t is getattr(types, "UnionType", None):
@@ -299,6 +300,22 @@ def _builtin_form(walk: Walk, v: Any, t: type, depth: int) -> Any:
         return ("lru_cache", walk.value(v.__wrapped__, depth))
     if t is types.SimpleNamespace:
         return ("namespace", walk._items(vars(v), depth))
+    inspect = sys.modules.get("inspect")  # none of its objects exist before it is imported
+    if inspect is not None:
+        # A signature's whole state is its two slots, a parameter's its four, each read through its property
+        # (signatures are immutable). A hub loader's decorator keeps one in its closure: described this way it
+        # takes a tenth of the generic walk of its slots.
+        if t is inspect.Signature:
+            return ("signature", tuple(walk.value(p, depth) for p in v.parameters.values()),
+                    walk.value(v.return_annotation, depth))
+        if t is inspect.Parameter:
+            return ("parameter", v.name, v.kind.value, walk.value(v.default, depth), walk.value(v.annotation, depth))
+    typing = sys.modules.get("typing")
+    if typing is not None and t is getattr(typing, "_SpecialForm", None):
+        name = getattr(v, "_name", None)
+        if isinstance(name, str) and getattr(typing, name, None) is v:
+            # typing's own Self, Any, ClassVar...: its name and the Python that defines it say all of it
+            return ("special-form", name, walk.type_id(t, depth))
     return None
 
 
