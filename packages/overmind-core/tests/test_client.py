@@ -70,6 +70,23 @@ def test_no_server_and_no_autostart_says_what_to_do(overmind_runtime):
     assert isinstance(info.value, OvermindError)
 
 
+def test_a_listening_server_is_connected_to_at_once_and_a_missing_one_is_started(overmind_runtime, monkeypatch):
+    from overmind.client import launcher
+
+    probes = []
+    accepts = launcher.accepts
+    monkeypatch.setattr(launcher, "accepts", lambda path: probes.append(path) or accepts(path))
+    first = Client()
+    assert first.status()["clients"] == 1  # no server: it was started, then connected to
+    assert probes, "starting the server asks whether one listens"
+    probes.clear()
+    second = Client()
+    assert second.status()["clients"] == 2
+    assert probes == []  # a server that answers: one connection, no probe before it
+    first.close()
+    second.close()
+
+
 def test_each_thread_gets_its_own_connection(overmind_runtime):
     c = Client()
     assert c.status()["clients"] == 1

@@ -92,6 +92,9 @@ def stop_servers(path: str) -> None:
     cached = client_mod._clients.pop(path, None)
     if cached is not None:
         cached.close()
+    for client in list(client_mod._all_clients):  # the test's own Client(...) objects too: no socket left to the GC
+        if client.runtime_dir == path:
+            client.close()
     if accepts(os.path.join(path, "server.sock")):
         try:
             client_mod.Client(path, autostart=False).stop()

@@ -47,6 +47,10 @@ _GET_STATUSES = ("hit", "claimed", "miss", "busy", "refused")
 _BROKEN = (ConnectionClosed, TransportError, FrameError)
 
 
+class _NoListener(ServerUnavailable):
+    """Nothing listens at the socket (no file, or refused): with autostart, the server is started and asked again."""
+
+
 class ReplyMismatch(ServerUnavailable):
     """The server answered something other than the request it was asked (a protocol error)."""
 
@@ -384,12 +388,21 @@ class Client:
 
     def _connect(self, autostart: bool) -> socket.socket:
         seconds = self._reply_timeout()
-        if autostart:
-            _ensure_server(self.runtime_dir)
         peer.check_socket_file(self.socket_path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
-            server_pid = self._open(sock, autostart)
+            try:
+                server_pid = self._open(sock, autostart)
+            except _NoListener:
+                # Nobody listens: start the server (or wait for the one being started), then connect again. A
+                # server that answers is used at once, with no probe connection before this one.
+                sock.close()
+                if not autostart:
+                    raise
+                _ensure_server(self.runtime_dir)
+                peer.check_socket_file(self.socket_path)
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+                server_pid = self._open(sock, autostart)
             timed = TimedSocket(sock, seconds)
             send_message(timed, {"op": "hello", "protocol": PROTOCOL_VERSION, "pid": os.getpid(),  # type: ignore
                                  "version": __version__})
@@ -437,7 +450,7 @@ class Client:
                 raise
             hint = ("it may have just exited; try again, or run 'overmind status'" if autostart else
                     "start one with 'overmind serve', or let overmind start it (autostart)")
-            raise ServerUnavailable(
+            raise _NoListener(
                 f"overmind: no server accepts connections at {self.socket_path} ({exc.strerror}); {hint}."
             ) from None
         return peer.check_peer(sock, self.socket_path)
