@@ -83,8 +83,12 @@ def test_a_listening_server_is_connected_to_at_once_and_a_missing_one_is_started
     second = Client()
     assert second.status()["clients"] == 2
     assert probes == []  # a server that answers: one connection, no probe before it
-    first.close()
-    second.close()
+    third = Client()
+    assert third.claim_by_starting("k") is False  # a first load's question: the server runs, ask it
+    assert probes == [] and len(third._conns) == 1  # on the connection the get will use
+    assert third.get("k").status == "claimed" and len(third._conns) == 1
+    for c in (first, second, third):
+        c.close()
 
 
 def test_each_thread_gets_its_own_connection(overmind_runtime):

@@ -138,6 +138,11 @@ class Client:
             self._after_fork()
         if not self.autostart or self._conns:
             return False
+        try:
+            self._connection(autostart=False)  # a server that listens is asked as usual, on this connection
+            return False
+        except _NoListener:
+            pass
         from .launcher import start_holding
 
         return start_holding(self.runtime_dir, key)
