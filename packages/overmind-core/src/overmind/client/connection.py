@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import os
 import socket
+import stat
 import threading
 import time
 import weakref
@@ -393,14 +394,16 @@ class Client:
 
     def _connect(self, autostart: bool) -> socket.socket:
         seconds = self._reply_timeout()
+        if autostart and not _is_socket_file(self.socket_path):
+            _ensure_server(self.runtime_dir)  # no socket there (removed, or a file in its place): start or wait
         peer.check_socket_file(self.socket_path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
             try:
                 server_pid = self._open(sock, autostart)
             except _NoListener:
-                # Nobody listens: start the server (or wait for the one being started), then connect again. A
-                # server that answers is used at once, with no probe connection before this one.
+                # A socket nobody listens on (its server gone): start one (or wait for the one being started), then
+                # connect again. A server that answers is used at once, with no probe connection before this one.
                 sock.close()
                 if not autostart:
                     raise
@@ -459,6 +462,14 @@ class Client:
                 f"overmind: no server accepts connections at {self.socket_path} ({exc.strerror}); {hint}."
             ) from None
         return peer.check_peer(sock, self.socket_path)
+
+
+def _is_socket_file(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.lstat(path).st_mode)
+    except OSError as exc:
+        interrupts.raise_users(exc)
+        return False
 
 
 def _ensure_server(runtime_dir: str) -> None:
