@@ -1,7 +1,8 @@
 """Objects an ``overmind run`` template builds ahead (``runner/prebuild.py``): a child's hit that takes one is
 indistinguishable from a fresh hit in a plain ``python`` process (values, classes, dtypes, a new object per call,
 the random generators afterwards, the loader's warnings), an entry that changed or left the server is never
-served from the template, and what a child could not take ready-made is left out, saying why. Real template,
+served from the template, and what a child could not take ready-made is left out, saying why. The pages the first
+taking program of a generation copied are copied ahead by the next spares (``runner/page_copies.py``). Real template,
 server, processes and a tiny BERT saved to disk; the template preloads torch and transformers.
 """
 from __future__ import annotations
@@ -20,6 +21,22 @@ from _support.snippets import SAID
 PRELOAD = "torch,transformers"
 
 LOAD = """
+import glob, os
+
+def pages_ahead():
+    # of the pages the first program of this generation recorded (runner/page_copies.py), the share this process
+    # holds its own copy of as it starts, before its imports: the spare copied them ahead
+    from overmind.runner import page_copies
+    runs = [r for p in glob.glob(os.path.join(os.environ.get("OVERMIND_RUNTIME_DIR", "/nonexistent"), "templates", "*.pages"))
+            for r in page_copies.read(p)]
+    if not runs:
+        return None
+    fd = os.open("/proc/self/pagemap", os.O_RDONLY)
+    own = sum(sum(1 for b in os.pread(fd, n * 8, first * 8)[7::8] if b & 0x80 and b & 0x01) for first, n in runs)
+    os.close(fd)
+    return own / sum(n for _, n in runs)
+
+pages_at_start = pages_ahead()
 import hashlib, json, logging, sys, warnings
 import overmind
 overmind.activate()
@@ -61,7 +78,7 @@ print(json.dumps({
     "ahead": sum("built ahead by the template" in m for m in said),
     "bert_ahead": sum("built ahead by the template" in m and "BertModel" in m for m in said),
     "hits": sum(m.startswith("hit ") for m in said),
-    "pid": __import__("os").getpid(), "described_ahead": described_ahead,
+    "pid": __import__("os").getpid(), "described_ahead": described_ahead, "pages_ahead": pages_at_start,
 }))
 """
 
@@ -119,6 +136,27 @@ def test_a_child_takes_the_object_built_ahead_and_it_is_a_fresh_hits_object(rt, 
         "the spare described the loader of the object built ahead; a fresh process describes it at its first load"
     again = _served(rt, script, model)
     assert again["ahead"] == 3 and again["pid"] != served["pid"], "every child takes its own copy"
+
+
+def _records(rt: str) -> list[str]:
+    return sorted(name for name in os.listdir(os.path.join(rt, "templates")) if name.endswith(".pages"))
+
+
+def test_the_next_spares_copy_ahead_the_pages_the_first_taking_program_copied(rt, tmp_path):
+    model = str(tiny_models.build_bert(tmp_path / "bert", seed=5))
+    script = rs.write(str(tmp_path), "load.py", LOAD)
+    builds = _bert_builds(rt)
+    _served(rt, script, model)  # misses: nothing taken, nothing recorded
+    rs.wait_for(lambda: _bert_builds(rt) > builds, what="the template to build the BERT ahead")
+    assert _records(rt) == [], "a new generation starts without a record"
+    first = _served(rt, script, model)
+    assert first["ahead"] == 3 and first["pages_ahead"] is None
+    rs.wait_for(lambda: _records(rt), what="the first taking program's record")
+    rs.run(["-c", "pass"], rt, env_extra={"OVERMIND_PRELOAD": PRELOAD})  # takes the spare forked before the record
+    later = _served(rt, script, model)
+    assert later["ahead"] == 3
+    assert later["pages_ahead"] > 0.9, "the spare it ran in copied the recorded pages before the program started"
+    assert later["digest"] == first["digest"] and later["after"] == first["after"]
 
 
 def test_a_changed_checkpoint_and_an_evicted_entry_are_never_served_from_the_template(rt, tmp_path):

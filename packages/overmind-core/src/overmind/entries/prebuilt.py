@@ -42,6 +42,7 @@ class Held(NamedTuple):
 
 
 _held: dict[str, Held] = {}  # cache key -> what is held for it
+_taken = 0  # objects this process took
 
 
 def take(key: str, entry_id: str, arguments: dict | None = None) -> Any:
@@ -49,6 +50,7 @@ def take(key: str, entry_id: str, arguments: dict | None = None) -> Any:
     call's ``arguments`` put where the entry holds them; else :data:`NOTHING` (and an object of another entry under
     that key is dropped). Raises :class:`~overmind.entries.arguments_ref.ArgumentMismatch` where the call's
     arguments do not fit, as a rebuild would."""
+    global _taken
     if not _held:
         return NOTHING
     held = _held.pop(key, None)
@@ -64,7 +66,13 @@ def take(key: str, entry_id: str, arguments: dict | None = None) -> Any:
         from . import codec
 
         codec.remember_origin(held.obj, key, arguments)  # as the object it now is, with the call's own objects
+    _taken += 1
     return held.obj
+
+
+def taken() -> int:
+    """How many objects this process took (:func:`take`)."""
+    return _taken
 
 
 def hold(key: str, entry_id: str, obj: Any, placeholders: list | None = None, aliases: list | None = None,

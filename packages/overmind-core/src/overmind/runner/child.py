@@ -56,6 +56,9 @@ def run_job(job) -> None:
         except BaseException:
             pass
         os._exit(70)
+    from . import page_copies
+
+    page_copies.arm(job.template.pages_path())  # the generation's first program records its page copies at its end
     execute(program)
 
 
@@ -362,8 +365,13 @@ def finish(before: NewModules, status: int, by_signal: int | None = None) -> Non
     Joins non-daemon threads, runs the atexit callbacks, frees the program's own objects (``__main__`` and
     the modules it imported, newest first: their ``__del__`` runs and their open files are flushed), flushes
     the std streams, then ``_exit``. The preloaded libraries are not torn down: their pages are shared with
-    the template, and freeing them would copy every page of their heap (seconds) for nothing.
+    the template, and freeing them would copy every page of their heap (seconds) for nothing. First, the
+    generation's first program that took objects built ahead records the pages it copied (``page_copies.py``), before
+    the end's own writes.
     """
+    from . import page_copies
+
+    page_copies.record_at_end()
     try:
         import threading
 

@@ -5,7 +5,8 @@ milliseconds), and a child's first hit on an object built ahead copies every pag
 provenance walk writes (hundreds of pages). Both are paid before the request: once the template serves, and again
 after each ``run`` it hands over (once that program has ended, or a second after it started, so as not to take a
 core from it), the template forks a spare. The spare closes the template's descriptors, takes those page copies
-(:func:`warm`), takes its own random state (:func:`overmind.runner.child.own_state`) and waits on its end of a
+(:func:`warm`) and those the generation's first taking program recorded (:mod:`.page_copies`), takes its own random
+state (:func:`overmind.runner.child.own_state`) and waits on its end of a
 socket pair. A ``run`` request is passed to it with the caller's connection and descriptors, exactly what a child
 forked there and then would hold, and it carries on as that child (:func:`overmind.runner.child.run_job`).
 
@@ -68,6 +69,7 @@ def wait_for_job(template, sock: socket.socket) -> tuple[socket.socket, dict, li
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the template's handler would stop a copy of the template
     template.close_in_child(keep=sock)
     warm()
+    _copy_pages_ahead(template.pages_path())
     own_state()
     try:
         message, fds = protocol.recv_message(sock)
@@ -95,6 +97,16 @@ def warm() -> None:
                 provenance.origin_of(obj)
         _describe_loaders({type(obj) for obj in objects})
     except Exception:  # a spare that cannot warm up is still a spare
+        pass
+
+
+def _copy_pages_ahead(path: str) -> None:
+    """Copy the pages the first program of this generation copied in its loads (page_copies.py)."""
+    try:
+        from . import page_copies
+
+        page_copies.copy_ahead(path)
+    except Exception:  # a spare that cannot copy ahead is still a spare
         pass
 
 

@@ -81,6 +81,7 @@ class Template:
         self.spare: Spare | None = None  # the child forked ahead for the next run (spare.py)
         self.no_spare_until = 0.0  # after a spare died by itself: no other for a while
         self.handed_at = 0.0  # when the last spare took a run
+        self.generation = 0  # bumped whenever the objects built ahead change (page_copies.py)
         self.stopping = False
         self.last_active = time.monotonic()
         self.idle_s = _idle_seconds()
@@ -140,6 +141,9 @@ class Template:
         existing = registry.read_info(self.info_path)
         if existing is not None and process_state.alive(existing.get("pid")) and _accepts(self.socket_path):
             return existing  # an identical template won a race; this one leaves
+        from . import page_copies
+
+        page_copies.forget(self.directory, self.id)  # a dead template's records name pages of its own
         self._bind()
         registry.write_info(self.info_path, self.info)
         return self.info
@@ -323,6 +327,18 @@ class Template:
         self.handed_at = time.monotonic()
         return True
 
+    def pages_path(self) -> str:
+        """Where this generation's first program records the pages its loads copied (page_copies.py)."""
+        return os.path.join(self.directory, f"{self.id}.{self.generation}.pages")
+
+    def _new_generation(self) -> None:
+        """The objects built ahead changed: the pages programs copy are other pages now."""
+        from . import page_copies
+
+        self.generation += 1
+        if getattr(self, "id", None) is not None:
+            page_copies.forget(self.directory, self.id)
+
     def _retire_spare(self) -> None:
         if self.spare is not None:
             spare, self.spare = self.spare, None
@@ -341,6 +357,7 @@ class Template:
         built = any(not change.startswith("left out") for change in changes)
         if built:
             self._retire_spare()  # it holds the objects as they were: the next spare is forked with these
+            self._new_generation()
         if any(change.startswith("dropped") for change in changes):
             # what was dropped may hold reference cycles, which a frozen collector never frees: one full
             # collection (the caller freezes again)
@@ -458,6 +475,9 @@ class Template:
                     os.unlink(path)
                 except FileNotFoundError:
                     pass
+            from . import page_copies
+
+            page_copies.forget(self.directory, self.id)
 
     def shutdown(self) -> None:
         self._retire_spare()
