@@ -20,13 +20,14 @@ PAGE = page_copies.PAGE
 N = 32
 
 
-def _exclusive(addr: int, n: int) -> list[bool]:
+def _own_copy(addr: int, n: int) -> list[bool]:
+    """Per page: present, mapped by this process alone, and not a file's page (bits 63, 56 and 61 of pagemap)."""
     fd = os.open("/proc/self/pagemap", os.O_RDONLY)
     try:
         raw = os.pread(fd, n * 8, addr // PAGE * 8)
     finally:
         os.close(fd)
-    return [bool(raw[i * 8 + 7] & 0x01) and bool(raw[i * 8 + 7] & 0x80) for i in range(n)]
+    return [raw[i * 8 + 7] & 0xA1 == 0x81 for i in range(n)]
 
 
 def _in_child(fn) -> dict:
@@ -91,9 +92,9 @@ def test_a_second_child_copies_the_recorded_pages_ahead_without_changing_a_byte(
     assert _in_child(writer)["pages"] >= 4
 
     def spare():
-        before = _exclusive(addr, N)
+        before = _own_copy(addr, N)
         copied = page_copies.copy_ahead(path)
-        after = _exclusive(addr, N)
+        after = _own_copy(addr, N)
         return {"before": before, "after": after, "copied": copied, "bytes": [mm[i * PAGE] for i in range(N)],
                 "second": [mm[i * PAGE + 1] for i in range(N)]}
 
@@ -143,3 +144,30 @@ def test_at_most_the_limit_is_recorded(region):
 
     runs = _in_child(child)["runs"]
     assert sum(n for _, n in runs) == 5
+
+
+def test_a_recorded_page_that_is_a_file_page_here_is_not_copied(tmp_path):
+    """A page recorded as anonymous that holds a file mapping in this process (an entry mapped where the recording
+    program had heap) stays the file's: a copy would read as written to the pristine checks."""
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"\1" * (4 * PAGE))
+    with open(path, "r+b") as f:
+        mm = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE)
+    start = _address(mm, 4 * PAGE) // PAGE
+    assert mm[0] == 1 and mm[3 * PAGE] == 1  # read: the file's pages, present
+    record = str(tmp_path / "t.0.pages")
+    with open(record, "wb") as f:
+        f.write(page_copies._MAGIC + __import__("struct").pack("<QQ", start, 4))
+    assert page_copies.copy_ahead(record) == 0
+    assert not any(_own_copy(start * PAGE, 4))
+
+
+def test_within_keeps_exactly_the_parts_of_runs_inside_spans():
+    import itertools
+
+    spans = [(10, 5), (20, 3), (30, 1)]
+    inside = {p for s, n in spans for p in range(s, s + n)}
+    for first, count in itertools.product(range(5, 35), range(1, 12)):
+        got = page_copies._within([(first, count)], spans)
+        assert {p for s, n in got for p in range(s, s + n)} == set(range(first, first + count)) & inside
+        assert all(n > 0 for _, n in got)

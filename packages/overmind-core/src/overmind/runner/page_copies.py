@@ -101,10 +101,28 @@ def read(path: str) -> list[tuple[int, int]]:
     return [struct.unpack_from("<QQ", body, i) for i in range(0, len(body), 16)][:MAX_PAGES]
 
 
+def _within(runs: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of ``runs`` that lie in ``spans`` (both ``(first page, count)``, sorted by first page)."""
+    out = []
+    i = 0
+    for first, count in sorted(runs):
+        end = first + count
+        while i < len(spans) and spans[i][0] + spans[i][1] <= first:
+            i += 1
+        j = i
+        while j < len(spans) and spans[j][0] < end:
+            lo, hi = max(first, spans[j][0]), min(end, spans[j][0] + spans[j][1])
+            if lo < hi:
+                out.append((lo, hi - lo))
+            j += 1
+    return out
+
+
 def copy_ahead(path: str) -> int:
-    """Take this process's own copy of each page recorded at ``path``; the number of pages copied. A page no longer
-    mapped here, or a kernel without ``MADV_POPULATE_WRITE``, is passed over."""
-    runs = read(path)
+    """Take this process's own copy of each page recorded at ``path`` that lies in one of its anonymous writable
+    private mappings here (never an entry's or a checkpoint's page, whose copy would read as written); the number of
+    pages copied. A kernel without ``MADV_POPULATE_WRITE`` copies nothing."""
+    runs = _within(read(path), regions())
     if not runs:
         return 0
     import ctypes
