@@ -171,3 +171,24 @@ def test_within_keeps_exactly_the_parts_of_runs_inside_spans():
         got = page_copies._within([(first, count)], spans)
         assert {p for s, n in got for p in range(s, s + n)} == set(range(first, first + count)) & inside
         assert all(n > 0 for _, n in got)
+
+
+def test_copying_stops_when_asked_between_chunks(region, tmp_path, monkeypatch):
+    mm, addr = region
+    path = str(tmp_path / "t.0.pages")
+
+    def writer():
+        for i in range(N):
+            mm[i * PAGE + 1] = 9
+        return {"pages": page_copies.record(path)}
+
+    assert _in_child(writer)["pages"] >= N
+    monkeypatch.setattr(page_copies, "CHUNK_PAGES", 4)
+
+    def spare():
+        asked = []
+        copied = page_copies.copy_ahead(path, stop=lambda: asked.append(1) or len(asked) > 2)
+        return {"copied": copied, "own": sum(_own_copy(addr, N))}
+
+    got = _in_child(spare)
+    assert got["copied"] <= 8 and got["own"] <= 8, "two chunks of four, then the request came first"

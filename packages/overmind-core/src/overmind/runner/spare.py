@@ -69,8 +69,8 @@ def wait_for_job(template, sock: socket.socket) -> tuple[socket.socket, dict, li
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the template's handler would stop a copy of the template
     template.close_in_child(keep=sock)
     warm()
-    _copy_pages_ahead(template.pages_path())
     own_state()
+    _copy_pages_ahead(template.pages_path(), sock)
     try:
         message, fds = protocol.recv_message(sock)
     except (OSError, ValueError, protocol.ConnectionClosed):
@@ -100,12 +100,15 @@ def warm() -> None:
         pass
 
 
-def _copy_pages_ahead(path: str) -> None:
-    """Copy the pages the first program of this generation copied in its loads (page_copies.py)."""
+def _copy_pages_ahead(path: str, sock: socket.socket) -> None:
+    """Copy the pages the first program of this generation copied in its loads (page_copies.py), until a request
+    arrives on ``sock``: a request never waits for the copying."""
     try:
+        import select
+
         from . import page_copies
 
-        page_copies.copy_ahead(path)
+        page_copies.copy_ahead(path, stop=lambda: bool(select.select([sock], [], [], 0)[0]))
     except Exception:  # a spare that cannot copy ahead is still a spare
         pass
 
