@@ -26,7 +26,6 @@
 
 #include <cstdint>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include "py_access.h"
@@ -267,30 +266,15 @@ py::tuple provenance_digest(py::handle root, py::handle tensor_type, py::handle 
   }
   Writer out;
   std::vector<py::object> tensors;
-  std::unordered_set<PyObject*> seen;  // every module stays alive meanwhile
-  std::vector<py::object> stack{py::reinterpret_borrow<py::object>(root)};
-  using py_access::interned;
-  const py::str dict_name = interned("__dict__"), training_name = interned("training"), grad_name = interned("grad");
-  const py::str parameters_key = interned("_parameters"), buffers_key = interned("_buffers"),
-                modules_key = interned("_modules"), hooks_key = interned("_forward_hooks"),
-                pre_hooks_key = interned("_forward_pre_hooks");
-  while (!stack.empty()) {  // pre-order, children in order, each module once: the order of obj.modules()
-    py::object m = std::move(stack.back());
-    stack.pop_back();
-    if (!seen.insert(m.ptr()).second) {
-      continue;
-    }
-    py::object d = m.attr(dict_name);
-    if (!PyDict_Check(d.ptr())) {
-      throw py::type_error("provenance_digest: a module's __dict__ is not a dict");
-    }
+  const py_access::ModuleNames names;
+  py_access::each_module(root, "provenance_digest", names, [&](const py::object& m, const py::object& d) {
     out.mark('M');
     out.type_of(m.ptr());
-    out.flag(m.attr(training_name).ptr());
-    out.u64(static_cast<uint64_t>(py_access::length(item(d.ptr(), hooks_key))));
-    out.u64(static_cast<uint64_t>(py_access::length(item(d.ptr(), pre_hooks_key))));
-    named_tensors(out, item(d.ptr(), parameters_key), true, grad_name, tensors);
-    named_tensors(out, item(d.ptr(), buffers_key), false, grad_name, tensors);
+    out.flag(m.attr(names.training).ptr());
+    out.u64(static_cast<uint64_t>(py_access::length(item(d.ptr(), names.hooks))));
+    out.u64(static_cast<uint64_t>(py_access::length(item(d.ptr(), names.pre_hooks))));
+    named_tensors(out, item(d.ptr(), names.parameters), true, names.grad, tensors);
+    named_tensors(out, item(d.ptr(), names.buffers), false, names.grad, tensors);
     if (py_access::all_types_known(d.ptr(), not_tensor_types.ptr())) {
       out.u64(0);
     } else {
@@ -303,7 +287,7 @@ py::tuple provenance_digest(py::handle root, py::handle tensor_type, py::handle 
         tensors.push_back(py::reinterpret_borrow<py::object>(kv[1]));
       }
     }
-    auto children = items_of(item(d.ptr(), modules_key));
+    auto children = items_of(item(d.ptr(), names.modules));
     out.u64(children.size());
     for (auto& [k, v] : children) {
       out.name(k.ptr());
@@ -314,12 +298,8 @@ py::tuple provenance_digest(py::handle root, py::handle tensor_type, py::handle 
         out.address(v.ptr());
       }
     }
-    for (auto it = children.rbegin(); it != children.rend(); ++it) {
-      if (!it->second.is_none()) {
-        stack.push_back(it->second);
-      }
-    }
-  }
+    return children;
+  });
   out.mark('|');
   const bool mode = at::impl::torch_function_mode_enabled();
   for (const py::object& t : tensors) {

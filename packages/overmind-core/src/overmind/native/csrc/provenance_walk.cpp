@@ -19,7 +19,6 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 
-#include <unordered_set>
 #include <vector>
 
 #include "py_access.h"
@@ -79,26 +78,11 @@ py::tuple provenance_walk(py::handle root, py::handle tensor_type, py::handle pa
   }
   py::list modules, rows;
   std::vector<py::object> tensors;
-  std::unordered_set<PyObject*> seen;  // ids, as the Python walk's set of id(m): every module stays alive meanwhile
-  std::vector<py::object> stack{py::reinterpret_borrow<py::object>(root)};
-  using py_access::interned;
-  const py::str dict_name = interned("__dict__"), training_name = interned("training"), grad_name = interned("grad");
-  const py::str parameters_key = interned("_parameters"), buffers_key = interned("_buffers"),
-                modules_key = interned("_modules"), hooks_key = interned("_forward_hooks"),
-                pre_hooks_key = interned("_forward_pre_hooks");
-  while (!stack.empty()) {
-    py::object m = std::move(stack.back());
-    stack.pop_back();
-    if (!seen.insert(m.ptr()).second) {
-      continue;
-    }
-    py::object d = m.attr(dict_name);
-    if (!PyDict_Check(d.ptr())) {
-      throw py::type_error("provenance_walk: a module's __dict__ is not a dict");
-    }
-    PyObject* params = item(d.ptr(), parameters_key);
-    PyObject* buffers = item(d.ptr(), buffers_key);
-    PyObject* children = item(d.ptr(), modules_key);
+  const py_access::ModuleNames names;
+  py_access::each_module(root, "provenance_walk", names, [&](const py::object& m, const py::object& d) {
+    PyObject* params = item(d.ptr(), names.parameters);
+    PyObject* buffers = item(d.ptr(), names.buffers);
+    PyObject* children = item(d.ptr(), names.modules);
     py::object prow = py::tuple(), brow = py::tuple(), lrow = py::tuple();
     if (truthy(params)) {
       py::list row;
@@ -106,7 +90,7 @@ py::tuple provenance_walk(py::handle root, py::handle tensor_type, py::handle pa
         if (v.is_none()) {
           continue;
         }
-        row.append(py::make_tuple(k, steal(PyLong_FromVoidPtr(v.ptr())), py::bool_(v.attr(grad_name).is_none())));
+        row.append(py::make_tuple(k, steal(PyLong_FromVoidPtr(v.ptr())), py::bool_(v.attr(names.grad).is_none())));
         tensors.push_back(v);
       }
       prow = row;
@@ -136,21 +120,17 @@ py::tuple provenance_walk(py::handle root, py::handle tensor_type, py::handle pa
       }
     }
     auto child_items = items_of(children);
-    py::tuple names(child_items.size()), ids(child_items.size());
+    py::tuple child_names(child_items.size()), ids(child_items.size());
     for (size_t i = 0; i < child_items.size(); ++i) {
-      names[i] = child_items[i].first;
+      child_names[i] = child_items[i].first;
       ids[i] = steal(PyLong_FromVoidPtr(child_items[i].second.ptr()));
     }
     modules.append(py::make_tuple(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(m.ptr()))),
-                                  m.attr(training_name), names, ids,
-                                  size_of(item(d.ptr(), hooks_key)),
-                                  size_of(item(d.ptr(), pre_hooks_key)), prow, brow, lrow));
-    for (auto it = child_items.rbegin(); it != child_items.rend(); ++it) {
-      if (!it->second.is_none()) {
-        stack.push_back(it->second);
-      }
-    }
-  }
+                                  m.attr(names.training), child_names, ids,
+                                  size_of(item(d.ptr(), names.hooks)),
+                                  size_of(item(d.ptr(), names.pre_hooks)), prow, brow, lrow));
+    return child_items;
+  });
   const bool mode = at::impl::torch_function_mode_enabled();
   const py::object size_type = py::module_::import("torch").attr("Size");  // THPSize_New is not exported
   for (const py::object& t : tensors) {

@@ -6,6 +6,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -87,6 +89,39 @@ inline bool all_types_known(PyObject* dict, PyObject* known) {
     }
   }
   return true;
+}
+
+// The attribute and key names the provenance walks read, interned once per walk
+struct ModuleNames {
+  pybind11::str dict = interned("__dict__"), training = interned("training"), grad = interned("grad");
+  pybind11::str parameters = interned("_parameters"), buffers = interned("_buffers"), modules = interned("_modules");
+  pybind11::str hooks = interned("_forward_hooks"), pre_hooks = interned("_forward_pre_hooks");
+};
+
+// Each module of the tree under root once, in the order of root.modules() (pre-order, children in order):
+// visit(module, its __dict__) returns the (name, child) items of the module's _modules, whose modules come next.
+// `who` names the caller in the error for a __dict__ that is not a dict. Every module stays alive meanwhile.
+template <typename Visit>
+void each_module(pybind11::handle root, const char* who, const ModuleNames& names, Visit&& visit) {
+  std::unordered_set<PyObject*> seen;
+  std::vector<pybind11::object> stack{pybind11::reinterpret_borrow<pybind11::object>(root)};
+  while (!stack.empty()) {
+    pybind11::object m = std::move(stack.back());
+    stack.pop_back();
+    if (!seen.insert(m.ptr()).second) {
+      continue;
+    }
+    pybind11::object d = m.attr(names.dict);
+    if (!PyDict_Check(d.ptr())) {
+      throw pybind11::type_error(std::string(who) + ": a module's __dict__ is not a dict");
+    }
+    const std::vector<std::pair<pybind11::object, pybind11::object>> children = visit(m, d);
+    for (auto it = children.rbegin(); it != children.rend(); ++it) {
+      if (!it->second.is_none()) {
+        stack.push_back(it->second);
+      }
+    }
+  }
 }
 
 }  // namespace py_access
