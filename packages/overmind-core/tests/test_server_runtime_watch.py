@@ -59,6 +59,22 @@ def test_socket_removed_or_replaced_is_recreated_within_a_second(served, overmin
         assert "re-created the socket" in f.read()
 
 
+@pytest.mark.parametrize("cleaner", [os.unlink, _replace_with_file], ids=["removed", "replaced-by-a-file"])
+def test_a_processs_first_load_meanwhile_waits_for_the_socket_and_hits(served, overmind_runtime, cleaner):
+    # A process's first load asks claim_by_starting before its get: it must find the running server too
+    pid, entry_id = served
+    cleaner(os.path.join(overmind_runtime, "server.sock"))
+    c = Client()
+    t0 = time.monotonic()
+    assert c.claim_by_starting("k") is False, "a server runs: nothing to start, nothing claimed"
+    res = c.get("k", claim=False)
+    took = time.monotonic() - t0
+    assert res.status == "hit" and res.entry["entry_id"] == entry_id and c.status()["pid"] == pid
+    assert took < 1.0, f"the first load waited {took:.2f} s"
+    res.close()
+    c.close()
+
+
 def test_every_file_removed_by_a_cleaner_recovers_with_one_server(served, overmind_runtime):
     """Socket, lock files and log gone (systemd-tmpfiles on /tmp): one server serves afterwards, quickly."""
     pid, _ = served

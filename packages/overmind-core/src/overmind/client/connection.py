@@ -139,11 +139,12 @@ class Client:
             self._after_fork()
         if not self.autostart or self._conns:
             return False
-        try:
-            self._connection(autostart=False)  # a server that listens is asked as usual, on this connection
-            return False
-        except _NoListener:
-            pass
+        if _is_socket_file(self.socket_path):
+            try:
+                self._connection(autostart=False)  # a server that listens is asked as usual, on this connection
+                return False
+            except _NoListener:
+                pass  # its server is gone
         from .launcher import start_holding
 
         return start_holding(self.runtime_dir, key)
