@@ -169,3 +169,24 @@ def test_under_a_torch_function_mode_the_rows_come_from_python_and_compare_equal
     with torch.device("meta"):
         assert _form(m) == before
     assert _form(m) == before
+
+
+class _UnhashableMeta(type(torch.nn.Module)):
+    __hash__ = None  # type: ignore[assignment]
+
+    def __eq__(cls, other):
+        return cls is other
+
+
+class OddModule(torch.nn.Module, metaclass=_UnhashableMeta):
+    pass
+
+
+def test_a_module_of_an_unhashable_class_is_remembered_and_compared(impl):
+    m = torch.nn.Sequential(OddModule(), torch.nn.Linear(2, 2))
+    before = _form(m)
+    assert _form(m) == before
+    m[1].weight.requires_grad_(False)
+    assert _form(m) != before
+    provenance.remember_origin(m, "k" * 32, repr)  # kept alive by the record, though it cannot be hashed
+    assert id(m) in provenance._origins

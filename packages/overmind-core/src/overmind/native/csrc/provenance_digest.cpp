@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "py_access.h"
@@ -44,7 +45,8 @@ class Writer {
   std::string bytes;
   py::list values;  // values off the common path, in order
   py::list rows;    // rows built by the Python _tensor_row, in order
-  py::set held;     // classes whose addresses are written
+  py::list held;    // classes whose addresses are written, each once (by address: a class may be unhashable)
+  std::unordered_set<PyObject*> held_seen;
   std::string ranges;  // (storage address, nbytes) of each tensor written as a row here, nbytes > 0
 
   void mark(char c) { bytes.push_back(c); }
@@ -56,11 +58,15 @@ class Writer {
     ranges.append(reinterpret_cast<const char*>(pair), sizeof pair);
   }
 
+  void hold(PyObject* type) {
+    if (held_seen.insert(type).second) {
+      held.append(py::reinterpret_borrow<py::object>(type));
+    }
+  }
+
   void type_of(PyObject* obj) {
     PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(obj));
-    if (PySet_Add(held.ptr(), type) < 0) {
-      throw py::error_already_set();
-    }
+    hold(type);
     address(type);
   }
 
@@ -129,9 +135,7 @@ struct RowFields {
 
 void write_row(Writer& out, const RowFields& f) {
   out.mark('R');
-  if (PySet_Add(out.held.ptr(), f.type) < 0) {
-    throw py::error_already_set();
-  }
+  out.hold(f.type);
   out.address(f.type);
   out.u64(f.data);
   out.u64(f.nbytes);
