@@ -32,7 +32,8 @@ _MAGIC = b"overmind-page-copies-1\n"
 _MADV_POPULATE_WRITE = 23
 _ANONYMOUS = ("", "[heap]", "[stack]")
 
-# present (bit 63) and exclusive (bit 56), not a file page or shared anonymous one (bit 61): the top byte of an entry
+# present (bit 63) and exclusive (bit 56), not a file page or shared anonymous one (bit 61), in the top byte of a
+# pagemap entry (shm/pagemap.top_bytes)
 _COPIED = bytes(1 if (b & 0x80) and (b & 0x01) and not (b & 0x20) else 0 for b in range(256))
 
 _armed: tuple[int, str] | None = None  # (pid, path): this process records there at its end
@@ -57,21 +58,17 @@ def regions() -> list[tuple[int, int]]:
 def copied_pages(limit: int = MAX_PAGES) -> list[tuple[int, int]]:
     """``(first page, count)`` runs of the pages this process holds its own copy of, in those mappings, lowest
     addresses first, at most ``limit`` pages in all."""
+    from ..shm import pagemap
+
     runs: list[tuple[int, int]] = []
     left = limit
-    fd = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        for first, count in regions():
-            raw = os.pread(fd, count * 8, first * 8)
-            flags = raw[7::8].translate(_COPIED)
-            for m in re.finditer(b"\x01+", flags):
-                n = min(m.end() - m.start(), left)
-                runs.append((first + m.start(), n))
-                left -= n
-                if left == 0:
-                    return runs
-    finally:
-        os.close(fd)
+    for first, count in regions():
+        for m in re.finditer(b"\x01+", pagemap.top_bytes(first, count).translate(_COPIED)):
+            n = min(m.end() - m.start(), left)
+            runs.append((first + m.start(), n))
+            left -= n
+            if left == 0:
+                return runs
     return runs
 
 
@@ -128,7 +125,8 @@ def copy_ahead(path: str, stop: Callable[[], bool] | None = None) -> int:
     pages copied. ``stop()`` is asked every :data:`CHUNK_PAGES` pages, and a true answer ends the copying (a request
     arrived: it does not wait for pages it can copy itself). A kernel without ``MADV_POPULATE_WRITE`` copies
     nothing."""
-    runs = _within(read(path), regions())
+    recorded = read(path)
+    runs = _within(recorded, regions()) if recorded else []  # no record: /proc/self/maps is not read
     if not runs:
         return 0
     import ctypes

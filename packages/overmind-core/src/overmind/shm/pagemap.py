@@ -154,11 +154,11 @@ class PageSnapshot:
     def _read(self, c: int) -> bytes | None:
         n = self.CHUNK_PAGES
         try:
-            raw = os.pread(_pagemap_fd(), n * 8, c * n * 8)
+            top = top_bytes(c * n, n)
         except OSError as exc:
             interrupts.raise_users(exc)
-            raw = b""
-        written = _written_map(raw) if len(raw) == n * 8 else None
+            top = b""
+        written = top.translate(_WRITTEN) if len(top) == n else None
         self._written[c] = written
         return written
 
@@ -178,6 +178,13 @@ def _pagemap_fd() -> int:
             # (a child leaves the fd it inherited open: by now that number may be another file of its own)
             _pagemap = (pid, os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC))
         return _pagemap[1]
+
+
+def top_bytes(first: int, count: int) -> bytes:
+    """The top byte of this process's pagemap entry for each page ``first .. first + count - 1`` (bits 56-63: 63
+    present, 62 swapped, 61 file page or shared anonymous, 56 mapped by this process alone); shorter where the read
+    was. Raises ``OSError`` where pagemap cannot be read."""
+    return os.pread(_pagemap_fd(), count * 8, first * 8)[7::8]
 
 
 # The top byte of a pagemap entry (little-endian u64) holds bit 63 (present), 62 (swapped) and 61 (file page or
