@@ -155,8 +155,11 @@ def test_the_next_spares_copy_ahead_the_pages_the_first_taking_program_copied(rt
     rs.run(["-c", "pass"], rt, env_extra={"OVERMIND_PRELOAD": PRELOAD})  # takes the spare forked before the record
     later = _served(rt, script, model)
     assert later["ahead"] == 3
-    assert later["pages_ahead"] > 0.9, "the spare it ran in copied the recorded pages before the program started"
     assert later["digest"] == first["digest"] and later["after"] == first["after"]
+    release = tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2])
+    if release < (5, 14):
+        pytest.skip("MADV_POPULATE_WRITE needs Linux 5.14: a spare copies nothing ahead here")
+    assert later["pages_ahead"] > 0.9, "the spare it ran in copied the recorded pages before the program started"
 
 
 def test_a_changed_checkpoint_and_an_evicted_entry_are_never_served_from_the_template(rt, tmp_path):
