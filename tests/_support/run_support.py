@@ -136,3 +136,45 @@ def wait_asleep(pid: int, timeout: float = 120.0) -> None:
 
 # nanosleep and clock_nanosleep on x86_64 and on aarch64
 _SLEEP_CALLS = {"35", "230"} if os.uname().machine == "x86_64" else {"101", "115"}
+# recvmsg on x86_64 and on aarch64
+_RECVMSG = "47" if os.uname().machine == "x86_64" else "212"
+
+
+def children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid``."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] not in (b"Z", b"X"):
+                out.append(int(name))
+    return out
+
+
+def wait_for_spare(runtime_dir: str, timeout: float = 120.0) -> int:
+    """Wait until a template of ``runtime_dir`` has a spare that waits for a request (``runner/spare.py``): a child
+    of the template blocked in ``recvmsg`` on its end of the pair, its warm-up and page copies done. Its pid.
+
+    A request that arrives earlier is served all the same (the spare stops copying, or the template forks a child
+    there and then); a test that asserts what a ready spare did sends its request once one is ready."""
+    found: list[int] = []
+
+    def waiting() -> bool:
+        for template in template_pids(runtime_dir):
+            for pid in children(template):
+                try:
+                    with open(f"/proc/{pid}/task/{pid}/syscall") as f:
+                        call = f.read().split()[0]
+                except (OSError, IndexError):
+                    continue
+                if call == _RECVMSG:
+                    found.append(pid)
+                    return True
+        return False
+
+    wait_for(waiting, timeout=timeout, what="a spare that waits for a request")
+    return found[0]
