@@ -13,7 +13,7 @@ of fresh anonymous memory and writes it once (every page faulted in, as a new pr
 - ``taken and kept``: a holder process writes ``--gib`` GiB into a memfd and keeps it until the probes are done
   (Overmind's server holding a converted fp32 entry after the cold process published it).
 
-On a VM (docs/benchmarks.md, "The slow warm process after a cold fp32 one") a probe now and then gets its fresh pages 4-5x slower than
+On a VM (docs/benchmarks.md, "The cost of fresh pages") a probe now and then gets its fresh pages 4-5x slower than
 the others, all of it system time, with no other work on the machine: seen after ``taken and kept`` (and after a
 cold fp32 Overmind process, whose server keeps 2 GiB), not after ``taken and freed`` or ``quiet``; how often
 depends on what the machine did before (2 of 2 first probes in one try, 1 of 6 probes in another, 0 of 3 in a

@@ -93,7 +93,7 @@ def timed_modes(h: harness.Harness, script: str, argv: list[str], n: int, tag: s
     Each repetition runs :data:`WARM_PER_COLD` warm processes; every sample records its repetition
     (``rep``), and ratios pair a warm sample with the plain one of its repetition. :data:`SETTLE_S` seconds of
     quiet go before every timed process, whatever its mode: on this host the first process after one that turned
-    over gigabytes of memory pays more for each fresh page (docs/benchmarks.md, "The slow warm process after a cold fp32 one").
+    over gigabytes of memory pays more for each fresh page (docs/benchmarks.md, "The cost of fresh pages").
     """
     groups: dict[str, list[dict]] = {"plain": [], "cold": [], "warm": []}
     if prime:

@@ -57,6 +57,20 @@ def test_the_shown_result_is_full_scale_then_a_full_run_then_the_newest(tmp_path
     assert cur["blog-first-fp16"].file == "blog-first-fp16-full-20261204-000000.json"  # full over a small whole run
 
 
+def test_cold_over_plain_of_the_fastest_is_not_moved_by_one_slow_plain_process(tmp_path):
+    charts = _charts()
+    data = _blog((5, 5, 10), 1.0)
+    for i, s in enumerate(data["groups"]["plain"]):
+        s["times"]["from_pretrained"] = 4.0 if i in (1, 3) else 1.0 + 0.01 * i  # two slow plain processes
+    (tmp_path / "blog-first-fp16-full-20261203-000000.json").write_text(json.dumps(data))
+    (row, *_) = [r for r in charts.rows(charts.current(charts.read_results(str(tmp_path))))
+                 if r.scenario == "blog-first-fp16"]
+    assert abs(row.fastest - 1.5) < 1e-9, "1.5 s, the fastest cold, over 1.0 s, the fastest plain"
+    assert row.slowdown < 1.5, "the pair-by-pair median takes the slow plain processes in"
+    assert "| 1.50x |" in charts.summary_block({"blog-first-fp16": charts.current(
+        charts.read_results(str(tmp_path)))["blog-first-fp16"]})
+
+
 def _page(tmp_path: Path, *names: str) -> Path:
     page = tmp_path / "page.md"
     page.write_text("# Title\n\nProse stays.\n\n" + "".join(
