@@ -2,11 +2,13 @@
 items of lists, tuples and sets, the ``__dict__`` of other objects (not classes), stopping at tensors and atoms.
 Generated graphs (shared storages, views, meta tensors, empty and nested containers, cycles, objects whose truth
 value must not be asked, proxies of one type wrapping a tensor or a dict) are compared with that walk written the
-obvious way."""
+obvious way. The compiled walk (``csrc/tensor_walk.cpp``) finds the same tensor objects as the Python one
+(``estimate._python_tensors``) on every generated graph, gives up past the same limit, and raises what Python raises."""
 from __future__ import annotations
 
 import collections
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -128,6 +130,81 @@ def graphs():
         )
 
     return st.recursive(st.one_of(tensors(), ATOM_VALUES), extend, max_leaves=30)
+
+
+@pytest.fixture(scope="module")
+def walk(compiled_function):
+    tensor_walk = compiled_function("tensor_walk")
+
+    def compiled(result):
+        return tensor_walk(result, torch.Tensor, estimate._ATOMS, estimate._ATOM_TYPES, estimate._BUILTIN_CONTAINERS,
+                           estimate._COLLECTIONS, estimate.MAX_OBJECTS)
+    return compiled
+
+
+def _same_tensors(compiled, python) -> None:
+    assert compiled is not None and python is not None
+    assert len({id(t) for t in compiled}) == len(compiled), "each tensor once"
+    assert {id(t) for t in compiled} == {id(t) for t in python}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graph=graphs(), with_cycle=st.booleans())
+def test_the_compiled_walk_finds_the_tensors_the_python_walk_finds(walk, graph, with_cycle):
+    root = [graph, set(), collections.OrderedDict(), (), []]
+    if with_cycle:
+        root.append(root)
+    _same_tensors(walk(root), estimate._python_tensors(root))
+
+
+def test_a_real_model_and_an_odd_mapping_walk_the_same(walk):
+    class Values(dict):
+        hidden = torch.ones(2)
+
+        def values(self):  # a mapping whose values() is its own: read through it, as Python does
+            return [Values.hidden, *super().values()]
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Linear(4, 2).half())
+    model.extra = Values(a=BASE[2:4])
+    model.ordered = collections.OrderedDict(b=BASE, c=torch.zeros(1))
+    model.ordered.move_to_end("b")
+    compiled, python = walk(model), estimate._python_tensors(model)
+    _same_tensors(compiled, python)
+    assert len(compiled) == 2 + 5 + 2 + 4  # conv, batch norm (with its buffers), linear, and the four held apart
+    assert any(t is Values.hidden for t in compiled)
+
+
+def test_an_attribute_error_is_passed_over_and_any_other_error_raised_both_ways(walk):
+    class NoDict:
+        __slots__ = ()
+
+    class Broken:
+        @property
+        def __dict__(self):
+            raise RuntimeError("a __dict__ that fails")
+
+    assert walk([NoDict(), torch.zeros(1)]) is not None
+    with pytest.raises(RuntimeError, match="a __dict__ that fails"):
+        walk([Broken()])
+    with pytest.raises(RuntimeError, match="a __dict__ that fails"):
+        estimate._python_tensors([Broken()])
+
+
+def test_the_compiled_walk_gives_up_past_the_limit(walk, monkeypatch):
+    monkeypatch.setattr(estimate, "MAX_OBJECTS", 10)
+    graph = [[torch.zeros(1)] for _ in range(20)]
+    assert walk(graph) is None and estimate._python_tensors(graph) is None
+    assert walk(graph[:4]) is not None and estimate._python_tensors(graph[:4]) is not None
+
+
+def test_the_estimate_uses_the_compiled_walk_when_selected(impl, monkeypatch):
+    from overmind.native import zerocopy
+
+    assert (zerocopy.tensor_walk() is not None) == (impl == "c")
+    called = []
+    monkeypatch.setattr(estimate, "_python_tensors", lambda result: called.append(result) or [])
+    estimate.storages([torch.zeros(1)])
+    assert bool(called) == (impl == "python")
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -67,6 +67,34 @@ def test_claims_are_asked_only_about_dispatched_results():
     assert asked == []
 
 
+class ConfigAttributes(torch.nn.Module):  # a __getattr__ of its own (diffusers' ModelMixin reads its config there)
+    def __getattr__(self, name):
+        if name == "_hf_hook":
+            return AlignDevicesHook()
+        return super().__getattr__(name)
+
+
+class ClassHook(torch.nn.Linear):
+    _hf_hook = AlignDevicesHook()
+
+
+def test_the_hook_is_what_getattr_reads_for_every_kind_of_module():
+    with_buffer = torch.nn.Linear(2, 2)
+    with_buffer.register_buffer("_hf_hook", torch.ones(1))
+    named_child = torch.nn.Sequential()
+    named_child.add_module("_hf_hook", torch.nn.Linear(1, 1))
+    modules = [torch.nn.Linear(2, 2), hooked(torch.nn.Sequential(torch.nn.Linear(2, 2)))[0], with_buffer,
+               named_child, ConfigAttributes(), ClassHook(2, 2), torch.nn.Conv2d(1, 1, 1)]
+    for m in modules:
+        read = dispatch._hook_of(m)
+        plain = getattr(m, "_hf_hook", None)
+        assert type(read) is type(plain) and (read is plain or isinstance(plain, AlignDevicesHook)), type(m)
+    assert [dispatch._hook_of(m) is None for m in modules] == [True, False, False, False, False, False, True]
+    for m in modules[:4]:
+        assert dispatch._plain_lookup[type(m)], "a plain module's hook is read from its dicts"
+    assert not dispatch._plain_lookup[ConfigAttributes] and not dispatch._plain_lookup[ClassHook]
+
+
 def test_a_pickling_failure_names_the_adapter():
     from overmind.adapter import PicklingFailed
 

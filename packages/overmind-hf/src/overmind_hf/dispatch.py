@@ -56,10 +56,41 @@ def _claimed(root: Any) -> bool:
     return any(claims(root) for claims in list(_claims.values()))
 
 
+_HOOK = "_hf_hook"
+_plain_lookup: dict[type, bool] = {}  # module type -> whether getattr(m, _HOOK) reads only m's dicts (below)
+
+
+def _hook_of(m: Any) -> Any:
+    """``getattr(m, "_hf_hook", None)``, read from the module's dicts where that is what getattr reads: for a type
+    whose classes define no ``_hf_hook`` and whose ``__getattr__`` is ``torch.nn.Module``'s, the attribute is the
+    instance's own (where accelerate's ``add_hook_to_module`` puts it) or else a parameter, buffer or submodule of
+    that name. A pipeline's modules number thousands, and a failed getattr raises and catches an AttributeError in
+    ``Module.__getattr__`` for each. Any other module is asked with getattr."""
+    t = type(m)
+    plain = _plain_lookup.get(t)
+    if plain is None:
+        import torch
+
+        plain = _plain_lookup[t] = (not any(_HOOK in vars(b) for b in t.__mro__)
+                                    and getattr(t, "__getattribute__", None) is object.__getattribute__
+                                    and getattr(t, "__getattr__", None) is torch.nn.Module.__getattr__)
+    d = getattr(m, "__dict__", None) if plain else None
+    if type(d) is not dict:
+        return getattr(m, _HOOK, None)
+    if _HOOK in d:
+        return d[_HOOK]
+    for name in ("_parameters", "_buffers", "_modules"):  # Module.__getattr__'s reads, in its order
+        if name in d:
+            inner = d[name]
+            if _HOOK in inner:
+                return inner[_HOOK]
+    return None
+
+
 def _hooked(result: Any) -> str | None:
     for root in roots_of(result):
         for m in root.modules():
-            hook = getattr(m, "_hf_hook", None)
+            hook = _hook_of(m)
             if hook is not None:
                 if _claimed(root):
                     # an adapter takes this model's hooks off for pickling and puts them back; the weights its

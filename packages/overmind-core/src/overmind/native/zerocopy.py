@@ -47,6 +47,7 @@ __all__ = [
     "tensor_rebuild",
     "provenance_walk",
     "provenance_digest",
+    "tensor_walk",
     "stack_room",
     "describe",
     "IMPLEMENTATION",
@@ -154,6 +155,7 @@ _PYTHON = SimpleNamespace(
     tensor_rebuild=tensors.rebuild_from_untyped,
     provenance_walk=None,  # overmind.keys.provenance walks in Python
     provenance_digest=None,  # overmind.keys.provenance keeps its Python form
+    tensor_walk=None,  # overmind.entries.estimate walks in Python
     stack_room=None,  # unknown: deepstack pickles on a helper thread
 )
 
@@ -186,6 +188,7 @@ def _compiled(ext: Any) -> SimpleNamespace:
                         else tensors.rebuild_from_untyped),
         provenance_walk=getattr(ext, "provenance_walk", None),  # csrc/provenance_walk.cpp; older builds: None
         provenance_digest=getattr(ext, "provenance_digest", None),  # csrc/provenance_digest.cpp; older builds: None
+        tensor_walk=getattr(ext, "tensor_walk", None),  # csrc/tensor_walk.cpp; older builds: None
         stack_room=getattr(ext, "stack_room", None),  # csrc/stack_room.cpp; older builds: None
     )
 
@@ -297,6 +300,12 @@ def provenance_digest() -> Any:
     """The compiled compact form behind ``overmind.keys.provenance.fingerprint`` (``csrc/provenance_digest.cpp``), or
     ``None`` when the ``python`` implementation is active: a record then keeps the snapshot's Python form."""
     return _impl.provenance_digest
+
+
+def tensor_walk() -> Any:
+    """The compiled walk behind ``overmind.entries.estimate.storages`` (``csrc/tensor_walk.cpp``), or ``None`` when the
+    ``python`` implementation is active: the estimate then walks in Python. Both find the same tensors."""
+    return _impl.tensor_walk
 
 
 def script_module_from_storage(storage: torch.UntypedStorage, map_location: Any = None) -> torch.jit.ScriptModule:

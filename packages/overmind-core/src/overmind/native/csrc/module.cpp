@@ -34,6 +34,9 @@ PYBIND11_MODULE(_C, m) {
         py::arg("parameter_type"), py::arg("not_tensor_types"), py::arg("loose_tensors"), py::arg("python_row"),
         "(bytes, values, rows, held, ranges): the compact form overmind.keys.provenance.fingerprint keeps of a module "
         "tree, built in C.");
+  m.def("tensor_walk", &overmind::tensor_walk, py::arg("root"), py::arg("tensor_type"), py::arg("atoms"),
+        py::arg("atom_types"), py::arg("containers"), py::arg("collections"), py::arg("max_objects"),
+        "The tensors a result holds, each once, or None past max_objects: overmind.entries.estimate's walk, in C.");
   m.def("stack_room", &overmind::stack_room,
         "Bytes of C stack left to the calling thread below this call; -1 when its bounds are unknown.");
   m.def("arena_open", &overmind::arena_open, py::arg("threshold"),

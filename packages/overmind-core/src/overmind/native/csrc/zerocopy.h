@@ -43,4 +43,10 @@ pybind11::tuple provenance_digest(pybind11::handle root, pybind11::handle tensor
                                   pybind11::handle not_tensor_types, pybind11::object loose_tensors,
                                   pybind11::object python_row);
 
+// result -> the tensors it holds, each once, or None past max_objects objects: what overmind.entries.estimate's
+// Python walk finds (tensor_walk.cpp).
+pybind11::object tensor_walk(pybind11::handle root, pybind11::handle tensor_type, pybind11::handle atoms,
+                             pybind11::handle atom_types, pybind11::handle containers, pybind11::handle collections,
+                             Py_ssize_t max_objects);
+
 }  // namespace overmind
