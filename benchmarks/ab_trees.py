@@ -2,11 +2,14 @@
 
     python benchmarks/ab_trees.py REV [--ckpt fp16|fp32] [--mode cold|warm] [-n N] [--scale full|small]
 
-A is a ``git worktree`` of ``REV`` (made under /tmp, removed after) whose ``packages/*/src`` come first on
-``PYTHONPATH``, so its Overmind (client and server) runs with this venv's libraries; the compiled ``overmind.native._C``
-of this tree is copied in (the extension's ABI is the venv's). B is this working tree. The processes run
-``benchmarks/scenarios/blog.py --activate-first`` (the blog's order) and alternate A B A B..., so a drift of the
-machine lands on both. ``cold``: every process gets a fresh runtime directory (its own server), so each one
+A is a ``git worktree`` of ``REV`` and B one of this working tree's state (its commit, or ``git stash create`` of its
+tracked changes), both made under /tmp and removed after, set up alike: each side's ``packages/*/src`` come first on
+``PYTHONPATH``, so its Overmind (client and server) runs with this venv's libraries, and the compiled
+``overmind.native._C`` of this tree is copied into both (the extension's ABI is the venv's). A side that imported from
+its own tree while the other imported the venv's installed copy ran its lazy imports through other paths: the same
+commit on both sides then read 0.94x cold and 0.80x warm. The processes run
+``benchmarks/scenarios/blog.py --activate-first`` (the blog's order) in pairs whose order alternates (A B, B A, ...),
+so a drift of the machine, and whatever one process leaves the next, lands on both. ``cold``: every process gets a fresh runtime directory (its own server), so each one
 publishes; ``warm``: each tree has one runtime, filled by an untimed first process. Without the per-step
 breakdown (its hooks name this tree's internals). Prints a markdown table and saves it under
 ``benchmarks/results/ab-*.md``. It answers "did this change make the load faster", which ratios against plain
@@ -38,8 +41,16 @@ def _worktree(rev: str) -> str:
     subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", "-f", path, rev], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for so in glob.glob(os.path.join(ROOT, "packages/overmind-core/src/overmind/native/_C*.so")):
-        shutil.copy2(so, os.path.join(path, "packages/overmind-core/src/overmind/"))
+        shutil.copy2(so, os.path.join(path, "packages/overmind-core/src/overmind/native/"))
     return path
+
+
+def _this_tree() -> str:
+    """A commit of this working tree's tracked files as they are: HEAD, or a stash commit of its changes."""
+    stash = subprocess.run(["git", "-C", ROOT, "stash", "create"], text=True, capture_output=True,
+                           check=True).stdout.strip()
+    return stash or subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], text=True, capture_output=True,
+                                   check=True).stdout.strip()
 
 
 def _remove_worktree(path: str) -> None:
@@ -70,11 +81,11 @@ def main() -> None:
     results = os.path.join(HERE, "results")
     h = Harness(results)
     facts = machine()
-    tree_a = _worktree(args.rev)
-    envs = {"A": {"PYTHONPATH": _pythonpath(tree_a), "BENCH_BREAKDOWN": "0"}, "B": {"BENCH_BREAKDOWN": "0"}}
+    trees = {"A": _worktree(args.rev), "B": _worktree(_this_tree())}
+    envs = {side: {"PYTHONPATH": _pythonpath(tree), "BENCH_BREAKDOWN": "0"} for side, tree in trees.items()}
     samples: dict[str, list[float]] = {"A": [], "B": []}
     try:
-        for side, root in (("A", tree_a), ("B", ROOT)):  # each side imports its own tree's Overmind
+        for side, root in trees.items():  # each side imports its own tree's Overmind
             where = subprocess.run([sys.executable, "-c", "import overmind; print(overmind.__file__)"], text=True,
                                    env={**os.environ, **envs[side]}, capture_output=True, check=True).stdout.strip()
             if not where.startswith(os.path.join(root, "packages")):
@@ -87,14 +98,15 @@ def main() -> None:
                     warm_rt[side] = stack.enter_context(h.runtime())
                     h.run_child(SCRIPT, argv, "overmind", f"ab-{side}-fill", warm_rt[side], envs[side])
             for i in range(args.n):
-                for side in "AB":
+                for side in ("AB" if i % 2 == 0 else "BA"):
                     with contextlib.ExitStack() as one:
                         rt = warm_rt.get(side) or one.enter_context(h.runtime())
                         r = h.run_child(SCRIPT, argv, "overmind", f"ab-{side}-{args.mode}{i}", rt, envs[side])
                     samples[side].append(r["times"]["from_pretrained"])
                     print(f"  {side} {args.mode} {i + 1}/{args.n}: {samples[side][-1]:.3f} s", file=sys.stderr)
     finally:
-        _remove_worktree(tree_a)
+        for tree in trees.values():
+            _remove_worktree(tree)
 
     command = f"python benchmarks/ab_trees.py {args.rev} --ckpt {args.ckpt} --mode {args.mode} -n {args.n}"
     lines = [f"### {args.rev} (A) against the working tree (B): {args.mode} blog, {args.ckpt} ({args.scale})", "",
