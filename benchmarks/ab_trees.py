@@ -5,13 +5,12 @@
 A is a ``git worktree`` of ``REV`` and B one of this working tree's state (its commit, or ``git stash create`` of its
 tracked changes), both made under /tmp and removed after, set up alike: each side's ``packages/*/src`` come first on
 ``PYTHONPATH``, so its Overmind (client and server) runs with this venv's libraries, and the compiled
-``overmind.native._C`` of this tree is copied into both (the extension's ABI is the venv's). A side that imported from
-its own tree while the other imported the venv's installed copy ran its lazy imports through other paths: the same
-commit on both sides then read 0.94x cold and 0.80x warm. The processes run
+``overmind.native._C`` of this tree is copied into both (the extension's ABI is the venv's), so that nothing but the
+commit differs: a side without the extension runs the pure-Python twins, ~20% slower warm. The processes run
 ``benchmarks/scenarios/blog.py --activate-first`` (the blog's order) in pairs whose order alternates (A B, B A, ...),
-so a drift of the machine, and whatever one process leaves the next, lands on both. ``cold``: every process gets a fresh runtime directory (its own server), so each one
-publishes; ``warm``: each tree has one runtime, filled by an untimed first process. Without the per-step
-breakdown (its hooks name this tree's internals). Prints a markdown table and saves it under
+so a drift of the machine, and whatever one process leaves the next, lands on both. ``cold``: every process gets a
+fresh runtime directory (its own server), so each one publishes; ``warm``: each tree has one runtime, filled by an
+untimed first process. Without the per-step breakdown (its hooks name this tree's internals). Prints a markdown table and saves it under
 ``benchmarks/results/ab-*.md``. It answers "did this change make the load faster", which ratios against plain
 taken minutes apart cannot when the machine drifts.
 """

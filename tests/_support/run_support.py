@@ -78,13 +78,19 @@ def read_line(stream, timeout: float = 120.0) -> str:
     return stream.readline()
 
 
-def process_state(pid: int) -> str | None:
-    """The state letter of ``pid`` (R, S, T, Z...), or None once it is gone."""
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state, parent pid, ...), or None once it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+            return f.read().rsplit(b")", 1)[1].split()
     except (OSError, IndexError):
         return None
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of ``pid`` (R, S, T, Z...), or None once it is gone."""
+    fields = _stat_fields(pid)
+    return fields[0].decode() if fields else None
 
 
 def gone(pid: int) -> bool:
@@ -144,14 +150,9 @@ def children(pid: int) -> list[int]:
     """The live processes whose parent is ``pid``."""
     out = []
     for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    fields = f.read().rsplit(b")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid and fields[0] not in (b"Z", b"X"):
-                out.append(int(name))
+        fields = _stat_fields(int(name)) if name.isdigit() else None
+        if fields and int(fields[1]) == pid and fields[0] not in (b"Z", b"X"):
+            out.append(int(name))
     return out
 
 

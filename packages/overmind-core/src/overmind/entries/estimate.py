@@ -51,8 +51,8 @@ def storages(result: Any) -> list[torch.UntypedStorage] | None:
 
 def tensors(result: Any) -> list[torch.Tensor] | None:
     """The tensors ``result`` holds, each once, or None when the walk meets more than :data:`MAX_OBJECTS` objects:
-    the compiled walk (``csrc/tensor_walk.cpp``, ~6x faster), or :func:`_python_tensors` without it. Both read the
-    same attributes and items; only the order of the list may differ."""
+    the compiled walk (``csrc/tensor_walk.cpp``, about twice as fast), or :func:`_python_tensors` without it. Both
+    read the same attributes and items; only the order of the list may differ."""
     import torch
 
     from ..native import zerocopy
