@@ -19,9 +19,10 @@ A template serves a program only if a fresh ``python`` would have imported the s
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
+
+from .._util import json_accel
 
 IGNORED = frozenset({"PWD", "OLDPWD", "_", "SHLVL", "COLUMNS", "LINES", "OVERMIND_PRELOAD", "OVERMIND_RUNTIME_DIR"})
 NATIVE_PREFIXES = ("PYTHON", "LD_", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "GOTO_", "MALLOC_", "LC_")
@@ -98,7 +99,7 @@ def base_key(preload: list[str], path_tail: list[str] | None = None) -> dict:
 
 def key_id(key: dict) -> str:
     """A short stable name for ``key`` (16 hex digits of its SHA-256)."""
-    return _sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return _sha256(json_accel.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _sha256(data: bytes):

@@ -15,12 +15,12 @@ import _socket
 import contextlib
 import errno
 import fcntl
-import json
 import os
 import sys
 import time
 from collections.abc import Iterator
 
+from .._util import json_accel  # (not json: see ipc/protocol.py)
 from .._util.process_state import alive
 from ..errors import OvermindError
 from ..ipc import runtime
@@ -71,7 +71,7 @@ def read_info(path: str) -> dict | None:
         return None
     try:
         with os.fdopen(fd, "rb") as f:
-            info = json.loads(f.read())
+            info = json_accel.loads(f.read().decode("utf-8"))
     except (OSError, ValueError):
         return None
     return info if isinstance(info, dict) else None
@@ -81,6 +81,8 @@ def write_info(path: str, info: dict) -> None:
     """Write ``info`` to ``path`` atomically (a reader sees the old file or the whole new one)."""
     tmp = f"{path}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    import json  # (a template writes its info; the launcher only reads it)
+
     with os.fdopen(fd, "w") as f:
         json.dump(info, f, indent=1, sort_keys=True)
     os.replace(tmp, path)
@@ -139,7 +141,7 @@ def spawn(runtime_dir: str, preload: list[str], options: list[str], environ: dic
                      os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     read_end, write_end = os.pipe2(os.O_CLOEXEC)
     command = [sys.executable, *options, "-c", TEMPLATE_ENTRY, "--runtime-dir", runtime_dir,
-               "--preload", json.dumps(preload), "--ready-fd", str(write_end),
+               "--preload", json_accel.dumps(preload), "--ready-fd", str(write_end),
                "--room", " " * TITLE_ROOM]
     import subprocess  # (here: the launcher that finds a running template does without it)
 
@@ -173,7 +175,7 @@ def spawn(runtime_dir: str, preload: list[str], options: list[str], environ: dic
     from .._util import quiet_threads
 
     quiet_threads.start(threading.Thread(target=proc.wait, name="overmind-template-reaper", daemon=True))
-    return json.loads(payload)
+    return json_accel.loads(payload)
 
 
 def _read_line(fd: int, timeout: float) -> str:
