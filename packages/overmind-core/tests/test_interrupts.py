@@ -136,3 +136,14 @@ def test_an_error_raised_and_caught_in_one_frame_asks_nothing_of_the_signal_modu
     except OSError as e:
         interrupts.raise_users(e)
     assert asked == [1]
+
+
+def test_suppress_swallows_only_the_types_it_names_as_contextlib_suppress_does():
+    with interrupts.suppress(OSError):
+        raise FileNotFoundError("a subclass of a named type: swallowed")
+    with interrupts.suppress(OSError, KeyError):
+        pass  # nothing raised: nothing to do
+    with pytest.raises(ValueError), interrupts.suppress(OSError, KeyError):
+        raise ValueError("not named: propagates")
+    with pytest.raises(KeyboardInterrupt), interrupts.suppress(Exception):
+        raise KeyboardInterrupt

@@ -224,9 +224,10 @@ def test_a_preloaded_module_edited_on_disk_retires_its_template(rt, tmp_path):
 
 
 # What the launcher costs is mostly what it imports: none of these, once a template runs (socket alone is ~3 ms of
-# a ~40 ms ``overmind run -c pass``, json with re and enum ~5 ms; docs/run.md, "How fast").
+# a ~40 ms ``overmind run -c pass``, json with re and enum ~5 ms, contextlib with collections and functools ~3 ms;
+# docs/run.md, "How fast").
 LAUNCHER_NEVER_IMPORTS = ("socket", "selectors", "threading", "subprocess", "array", "typing", "select", "tempfile",
-                          "signal", "json", "re", "enum")
+                          "signal", "json", "re", "enum", "contextlib", "collections", "functools", "warnings")
 
 
 def test_the_launcher_hands_a_program_over_without_importing_heavy_modules(rt, tmp_path):

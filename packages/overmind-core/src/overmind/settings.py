@@ -18,7 +18,6 @@ only the standard library: the server imports it too, and must stay torch-free.
 from __future__ import annotations
 
 import _thread  # not threading: the launcher of ``overmind run`` reads settings, and threading costs it 1 ms
-import contextlib
 import math
 import os
 
@@ -26,7 +25,7 @@ from ._util.frozen import Frozen
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, Iterator, Mapping
+    from typing import Any, Callable, Mapping
 
 __all__ = ["Setting", "Settings", "DECLARED", "current", "reload", "describe", "problems", "clean_env",
            "parse_bool", "parse_seconds", "parse_size"]
@@ -314,16 +313,17 @@ def current() -> Settings:
     return _parsed
 
 
-@contextlib.contextmanager
-def quiet() -> Iterator[None]:
-    """Read the settings without warning about them (``overmind doctor`` reports them as checks); the
-    warning then comes at the first read outside this block."""
-    before = getattr(_quiet, "on", False)
-    _quiet.on = True
-    try:
-        yield
-    finally:
-        _quiet.on = before
+class quiet:
+    """``with quiet()``: read the settings without warning about them (``overmind doctor`` reports them as checks);
+    the warning then comes at the first read outside this block. (A class, not contextlib's generator: the launcher
+    reads settings and does without contextlib.)"""
+
+    def __enter__(self) -> None:
+        self._before = getattr(_quiet, "on", False)
+        _quiet.on = True
+
+    def __exit__(self, *exc_info: object) -> None:
+        _quiet.on = self._before
 
 
 def _warn(message: str) -> None:

@@ -17,14 +17,16 @@ the package to it), and :func:`suppress` replaces ``contextlib.suppress`` there.
 from __future__ import annotations
 
 import _signal  # signal's C half: signal.getsignal converts every answer to an enum (~0.4 ms a call)
-import contextlib
-import functools
-from collections.abc import Iterator
 from types import CodeType, FunctionType, MethodType, TracebackType
+
+# (Neither contextlib nor functools nor collections.abc at import: the launcher of ``overmind run`` imports this
+# module, and those cost it ~3 ms.)
 
 
 def _code_of(handler: object) -> CodeType | None:
     """The code object a Python-level signal handler runs, through methods, partials and callable objects."""
+    import functools
+
     for _ in range(8):
         if isinstance(handler, functools.partial):
             handler = handler.func
@@ -94,10 +96,17 @@ def raise_users(exc: BaseException) -> None:
         raise users from users.__cause__
 
 
-@contextlib.contextmanager
-def suppress(*types: type[BaseException]) -> Iterator[None]:
+class suppress:
     """``contextlib.suppress(*types)``, except for a signal handler's exception, which propagates."""
-    try:
-        yield
-    except types as e:
-        raise_users(e)
+
+    def __init__(self, *types: type[BaseException]) -> None:
+        self._types = types
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool:
+        if exc is None or not issubclass(kind, self._types):  # type: ignore[arg-type]
+            return False
+        raise_users(exc)
+        return True

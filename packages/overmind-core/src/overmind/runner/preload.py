@@ -22,7 +22,6 @@ entry is imported in the template with the script's folder and the working direc
 """
 from __future__ import annotations
 
-import importlib
 import os
 import time
 
@@ -110,6 +109,8 @@ def default_entries() -> list[str]:
 
 def import_all(entries: list[str]) -> tuple[list[str], dict[str, str], float]:
     """Import every entry; returns the ones that imported, ``{entry: why}`` for the others, and the seconds."""
+    import importlib  # (here, in the template: the launcher imports this module, and importlib brings warnings)
+
     t0 = time.monotonic()
     done, failed = [], {}
     for entry in entries:

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import _signal  # not signal nor socket: the launcher imports this module (see ipc/protocol.py)
 import _socket
-import contextlib
 import errno
 import fcntl
 import os
 import sys
 import time
-from collections.abc import Iterator
 
 from .._util import json_accel  # (not json: see ipc/protocol.py)
 from .._util.process_state import alive
@@ -100,26 +98,39 @@ def find(runtime_dir: str | None, base_id: str, environ: dict[str, str]) -> tupl
     return None, reasons
 
 
-@contextlib.contextmanager
-def start_lock(runtime_dir: str | None, base_id: str, timeout: float) -> Iterator[None]:
-    """Hold ``<base id>.lock`` (so only one client starts a template of this key at a time)."""
-    path = os.path.join(templates_dir(runtime_dir), base_id + ".lock")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    raise
-            if time.monotonic() >= deadline:
-                raise TemplateUnavailable(f"another process has been starting a template for {timeout:g} s")
-            time.sleep(0.05)
-        yield
-    finally:
-        os.close(fd)
+class start_lock:
+    """``with start_lock(runtime_dir, base_id, timeout)``: hold ``<base id>.lock`` (so only one client starts a
+    template of this key at a time). (A class, not contextlib's generator: the launcher does without contextlib.)"""
+
+    def __init__(self, runtime_dir: str | None, base_id: str, timeout: float) -> None:
+        self._path = os.path.join(templates_dir(runtime_dir), base_id + ".lock")
+        self._timeout = timeout
+        self._fd: int | None = None
+
+    def __enter__(self) -> None:
+        fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            deadline = time.monotonic() + self._timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                        raise
+                if time.monotonic() >= deadline:
+                    raise TemplateUnavailable(
+                        f"another process has been starting a template for {self._timeout:g} s")
+                time.sleep(0.05)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    def __exit__(self, *exc_info: object) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
 
 def start_timeout() -> float:
@@ -223,8 +234,10 @@ def stop_all(runtime_dir: str | None = None, timeout: float = 10.0) -> list[int]
     serving = {int(info["pid"]) for info in templates(runtime_dir)}
     pids = sorted(serving | set(template_pids(runtime.runtime_dir(runtime_dir))))
     for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
+        try:
             os.kill(pid, _signal.SIGTERM)
+        except ProcessLookupError:
+            pass
 
     def still_serving() -> list[int]:
         listening = {int(info["pid"]) for info in templates(runtime_dir)}
@@ -235,8 +248,10 @@ def stop_all(runtime_dir: str | None = None, timeout: float = 10.0) -> list[int]
         time.sleep(0.05)
     killed = still_serving()
     for pid in killed:
-        with contextlib.suppress(ProcessLookupError):
+        try:
             os.kill(pid, _signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     deadline = time.monotonic() + 5.0  # SIGKILL is delivered asynchronously: listed no more once it has been
     while any(alive(p) for p in killed) and time.monotonic() < deadline:
         time.sleep(0.02)
