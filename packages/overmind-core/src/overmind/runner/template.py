@@ -131,6 +131,9 @@ class Template:
         self.info_path = os.path.join(self.directory, self.id + ".json")
         gc.collect()
         gc.freeze()
+        from . import huge_pages
+
+        huge_pages.collapse()  # before the first fork: every child's fork and exit take down fewer page-table entries
         self.info = {
             "id": self.id, "base": self.base_id, "pid": os.getpid(), "socket": self.socket_path,
             "started": self.started, "ready_s": time.time() - self.started, "import_s": seconds,
@@ -444,6 +447,9 @@ class Template:
         if not self.stopping and time.monotonic() - self.last_active >= _QUIET_S and self._build_ahead():
             gc.collect()
             gc.freeze()
+            from . import huge_pages
+
+            huge_pages.collapse()  # what was built anew (the next spare is forked after this)
         try:
             runtime.check_runtime_dir(self.directory)
             gone = _identity(self.socket_path) != self.socket_identity
