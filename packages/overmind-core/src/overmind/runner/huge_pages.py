@@ -14,7 +14,7 @@ sees changes: the bytes are the same, and a child that writes to a huge page it 
 the 4 KiB page it writes (the kernel splits the huge mapping in that process). A range is collapsed only where at
 least 7/8 of its pages already hold memory of the template's own, so the template's memory grows by at most an
 eighth of what is collapsed (in practice not at all: a heap is dense). A kernel without ``MADV_COLLAPSE`` (before
-Linux 6.1) or with transparent huge pages off refuses, and the template runs with 4 KiB pages as before.
+Linux 6.1) or with transparent huge pages off refuses, and the template keeps its 4 KiB pages.
 """
 from __future__ import annotations
 
@@ -52,14 +52,16 @@ def _dense(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     alone (``/proc/self/pagemap`` bits 63 and 56). A page read but never written maps the kernel's shared zero page:
     it takes no memory, and a huge page in its place would. (Memory a child of the template still shares is not
     counted either: it was collapsed, or left, before that child was forked.)"""
+    from ..shm.pagemap import top_bytes
+
     per_range = HUGE // _PAGE
     dense = []
-    # Opened here and closed (not shm/pagemap.py's cached descriptor): a template's children inherit no descriptor
-    # of its own.
+    # Opened here and closed (not the descriptor shm/pagemap.py keeps open): a template's children inherit no
+    # descriptor of its own.
     fd = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
     try:
         for lo, hi in ranges:
-            top = os.pread(fd, per_range * 8, lo // _PAGE * 8)[7::8]  # the top byte of each 8-byte entry
+            top = top_bytes(lo // _PAGE, per_range, fd)
             if sum(1 for b in top if b & 0x81 == 0x81) >= per_range * _MIN_PRESENT:
                 dense.append((lo, hi))
     finally:

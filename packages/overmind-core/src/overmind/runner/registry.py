@@ -77,10 +77,10 @@ def read_info(path: str) -> dict | None:
 
 def write_info(path: str, info: dict) -> None:
     """Write ``info`` to ``path`` atomically (a reader sees the old file or the whole new one)."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     import json  # (a template writes its info; the launcher only reads it)
 
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(info, f, indent=1, sort_keys=True)
     os.replace(tmp, path)

@@ -180,11 +180,12 @@ def _pagemap_fd() -> int:
         return _pagemap[1]
 
 
-def top_bytes(first: int, count: int) -> bytes:
+def top_bytes(first: int, count: int, fd: int | None = None) -> bytes:
     """The top byte of this process's pagemap entry for each page ``first .. first + count - 1`` (bits 56-63: 63
     present, 62 swapped, 61 file page or shared anonymous, 56 mapped by this process alone); shorter where the read
-    was. Raises ``OSError`` where pagemap cannot be read."""
-    return os.pread(_pagemap_fd(), count * 8, first * 8)[7::8]
+    was. ``fd``: a pagemap the caller opened (default: this process's, kept open). Raises ``OSError`` where pagemap
+    cannot be read."""
+    return os.pread(_pagemap_fd() if fd is None else fd, count * 8, first * 8)[7::8]
 
 
 # The top byte of a pagemap entry (little-endian u64) holds bit 63 (present), 62 (swapped) and 61 (file page or
