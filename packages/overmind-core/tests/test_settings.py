@@ -13,6 +13,9 @@ import sys
 import warnings
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as settings_h
+from hypothesis import strategies as st
 
 from overmind import settings
 from overmind.fallback import OvermindWarning
@@ -81,6 +84,39 @@ def test_a_change_of_the_environment_is_seen_at_once(monkeypatch):
     assert settings.current().reply_timeout == 3.0
     monkeypatch.setenv("OVERMIND_REPLY_TIMEOUT", "4.5")
     assert settings.current().reply_timeout == 4.5
+
+
+_VALUES = st.one_of(st.none(), st.sampled_from(["3", "4.5", " ", "0", "1", "yes"]),
+                    st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=6))
+
+
+@settings_h(max_examples=60, deadline=None)
+@given(changes=st.lists(st.tuples(st.sampled_from([s.name for s in settings.DECLARED]), _VALUES), max_size=8))
+def test_the_change_check_sees_every_set_change_and_unset_of_a_declared_variable(changes):
+    # current() re-parses only when _raw(os.environ) changes: it must change whenever a declared value does, and
+    # equal what os.environ.get reads, on any value (empty, non-ASCII, removed).
+    saved = {s.name: os.environ.get(s.name) for s in settings.DECLARED}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", OvermindWarning)  # bad values are the other tests' subject
+            for name, value in changes:
+                before = settings._raw(os.environ)
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+                now = settings._raw(os.environ)
+                plain = tuple(os.environ.get(s.name) for s in settings.DECLARED)
+                assert tuple(None if v is None else os.fsdecode(v) for v in now) == plain
+                assert (now != before) == (plain != tuple(None if v is None else os.fsdecode(v) for v in before))
+                assert settings.current() == settings.parse(os.environ)[0]
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        settings.reload()
 
 
 def test_every_overmind_variable_in_the_sources_is_declared():
