@@ -48,11 +48,11 @@ def candidate_ranges(maps_text: str) -> list[tuple[int, int]]:
 
 
 def _dense(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Those of ``ranges`` with at least :data:`_MIN_PRESENT` of their pages present and mapped by this process
-    alone (``/proc/self/pagemap`` bits 63 and 56). A page read but never written maps the kernel's shared zero page:
-    it takes no memory, and a huge page in its place would. (Memory a child of the template still shares is not
-    counted either: it was collapsed, or left, before that child was forked.)"""
-    from ..shm.pagemap import top_bytes
+    """Those of ``ranges`` with at least :data:`_MIN_PRESENT` of their pages this process's own copies (present and
+    mapped by this process alone: ``shm/pagemap.OWN_COPY``). A page read but never written maps the kernel's shared
+    zero page: it takes no memory, and a huge page in its place would. (Memory a child of the template still shares
+    is not counted either: it was collapsed, or left, before that child was forked.)"""
+    from ..shm.pagemap import OWN_COPY, top_bytes
 
     per_range = HUGE // _PAGE
     dense = []
@@ -61,8 +61,7 @@ def _dense(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     fd = os.open("/proc/self/pagemap", os.O_RDONLY | os.O_CLOEXEC)
     try:
         for lo, hi in ranges:
-            top = top_bytes(lo // _PAGE, per_range, fd)
-            if sum(1 for b in top if b & 0x81 == 0x81) >= per_range * _MIN_PRESENT:
+            if top_bytes(lo // _PAGE, per_range, fd).translate(OWN_COPY).count(1) >= per_range * _MIN_PRESENT:
                 dense.append((lo, hi))
     finally:
         os.close(fd)

@@ -32,10 +32,6 @@ _MAGIC = b"overmind-page-copies-1\n"
 _MADV_POPULATE_WRITE = 23
 _ANONYMOUS = ("", "[heap]", "[stack]")
 
-# present (bit 63) and exclusive (bit 56), not a file page or shared anonymous one (bit 61), in the top byte of a
-# pagemap entry (shm/pagemap.top_bytes)
-_COPIED = bytes(1 if (b & 0x80) and (b & 0x01) and not (b & 0x20) else 0 for b in range(256))
-
 _armed: tuple[int, str] | None = None  # (pid, path): this process records there at its end
 
 
@@ -63,7 +59,7 @@ def copied_pages(limit: int = MAX_PAGES) -> list[tuple[int, int]]:
     runs: list[tuple[int, int]] = []
     left = limit
     for first, count in regions():
-        for m in re.finditer(b"\x01+", pagemap.top_bytes(first, count).translate(_COPIED)):
+        for m in re.finditer(b"\x01+", pagemap.top_bytes(first, count).translate(pagemap.OWN_COPY)):
             n = min(m.end() - m.start(), left)
             runs.append((first + m.start(), n))
             left -= n

@@ -129,11 +129,7 @@ class Template:
         self.id = f"{self.base_id}-{env_id}"
         self.socket_path = os.path.join(self.directory, self.id + ".sock")
         self.info_path = os.path.join(self.directory, self.id + ".json")
-        gc.collect()
-        gc.freeze()
-        from . import huge_pages
-
-        huge_pages.collapse()  # before the first fork: every child's fork and exit take down fewer page-table entries
+        self._settle()  # before the first fork
         self.info = {
             "id": self.id, "base": self.base_id, "pid": os.getpid(), "socket": self.socket_path,
             "started": self.started, "ready_s": time.time() - self.started, "import_s": seconds,
@@ -378,6 +374,16 @@ class Template:
             print(f"overmind template {os.getpid()}: objects built ahead: {change}", file=sys.stderr, flush=True)
         return built
 
+    def _settle(self) -> None:
+        """Ready the template's memory for the children forked from it: everything imported and built so far out of
+        the collector's sight (``gc.freeze()``: a child's collections never walk it), and its dense private memory
+        in huge pages (huge_pages.py: every child's fork and exit take down fewer page-table entries)."""
+        from . import huge_pages
+
+        gc.collect()
+        gc.freeze()
+        huge_pages.collapse()
+
     def _check_sources(self) -> str | None:
         """Why this template must not serve any more (a module it imported changed on disk), or None."""
         changed = self.sources.changed()
@@ -445,11 +451,7 @@ class Template:
         if not self.children and not self.stopping and time.monotonic() - self.last_active > self.idle_s:
             self._stop(f"idle for {self.idle_s:g} s")
         if not self.stopping and time.monotonic() - self.last_active >= _QUIET_S and self._build_ahead():
-            gc.collect()
-            gc.freeze()
-            from . import huge_pages
-
-            huge_pages.collapse()  # what was built anew (the next spare is forked after this)
+            self._settle()  # what was built anew (the next spare is forked after this)
         try:
             runtime.check_runtime_dir(self.directory)
             gone = _identity(self.socket_path) != self.socket_identity

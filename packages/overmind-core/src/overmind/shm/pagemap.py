@@ -188,6 +188,12 @@ def top_bytes(first: int, count: int, fd: int | None = None) -> bytes:
     return os.pread(_pagemap_fd() if fd is None else fd, count * 8, first * 8)[7::8]
 
 
+# For each top byte (top_bytes): 1 where the page is this process's own copy: present (bit 63), mapped by this
+# process alone (bit 56), and neither a file page nor shared anonymous (bit 61). Count them with
+# ``top.translate(OWN_COPY).count(1)``.
+OWN_COPY = bytes(1 if (b & 0x80) and (b & 0x01) and not (b & 0x20) else 0 for b in range(256))
+
+
 # The top byte of a pagemap entry (little-endian u64) holds bit 63 (present), 62 (swapped) and 61 (file page or
 # shared anonymous). A page was written since it was mapped if it is present or swapped and neither.
 _WRITTEN = bytes(1 if (b & 0xC0) and not (b & 0x20) else 0 for b in range(256))
