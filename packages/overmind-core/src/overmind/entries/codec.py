@@ -25,6 +25,7 @@ from ..keys import canon, provenance
 from ..shm import filemaps, reader, writer
 from ..shm.filemaps import FileChanged  # noqa: F401 - flow.publish copies everything when it is raised
 from . import arguments_ref, dedup, pickling
+from . import writes as recorded_writes
 
 if TYPE_CHECKING:
     from ..keys.key import Loader
@@ -63,7 +64,7 @@ class UnexpectedMeta(OvermindError):
 
 def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = None, *,
            reference_mapped: bool = True, before_write: Callable[[], None] | None = None,
-           arena: Arena | None = None, expect_meta: bool = True) -> Encoded:
+           arena: Arena | None = None, expect_meta: bool = True, writes: list | None = None) -> Encoded:
     """Write ``result`` into a sealed memfd.
 
     Objects of the call's bound ``arguments`` that the result holds are recorded as references to those
@@ -76,6 +77,8 @@ def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = N
     ``expect_meta=False``: the key says the call was not made to produce meta tensors (``torch_state.makes_meta``);
     a result holding some raises :class:`UnexpectedMeta` before anything is written, unless an adapter readying it
     said they are meant (:func:`intend_meta`).
+    ``writes``: what the loader wrote outside its result (``loading/writes/replay.for_entry``), pickled in one
+    stream with the result and made again by :func:`decode` (:mod:`.writes`).
     Raises :class:`~overmind.entries.pickling.PicklingFailed` for a result that cannot be pickled.
     """
     if arena is not None and not (arena.usable and reference_mapped):
@@ -83,7 +86,7 @@ def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = N
     with gc_pause.paused():  # no collection over the user's heap inside a load (see _util/gc_pause.py)
         adapters_meta = hooks.entry_metadata(result, loader)
         _meta.intended = False
-        pickled = _pickle(result, loader, reference_mapped, arguments, arena)
+        pickled = _pickle(result, loader, reference_mapped, arguments, arena, writes)
     if not pickled.in_place:
         arena = None  # nothing of the result is in it (an fp16 checkpoint's tensors are file mappings)
     if pickled.holds_meta and not expect_meta and not getattr(_meta, "intended", False):
@@ -128,11 +131,12 @@ def _use_arena(arena: Arena, pickled: pickling.Pickled, shared: dedup.Plan) -> l
 
 
 def _pickle(result: Any, loader: Loader, reference_mapped: bool, arguments: dict | None,
-            arena: Arena | None = None) -> pickling.Pickled:
+            arena: Arena | None = None, writes: list | None = None) -> pickling.Pickled:
     with contextlib.ExitStack() as stack:
         stack.enter_context(hooks.prepare_result(result, loader))
         table = pickling.reducer_table(hooks.reducers())
-        return pickling.dumps(result, table, reference_mapped=reference_mapped, arguments=arguments, arena=arena)
+        root = recorded_writes.Recorded(result, writes) if writes else result
+        return pickling.dumps(root, table, reference_mapped=reference_mapped, arguments=arguments, arena=arena)
 
 
 def decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None = None) -> Any:
@@ -189,7 +193,12 @@ def _decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None,
     obj = pickling.loads(skeleton, redirects.wrap(storage_source), meta.get("pickler", "pickle"), arguments,
                          list(meta.get("argument_aliases") or ()), list(meta.get("argument_memo") or ()),
                          placeholders)
+    writes = None
+    if isinstance(obj, recorded_writes.Recorded):
+        obj, writes = obj.result, obj.writes
     obj = hooks.after_unpickle(obj, adapters_meta)
+    if writes:  # what the loader wrote outside its result, with the rebuilt objects, before anyone sees the result
+        recorded_writes.apply(writes)
     if not isinstance(obj, arguments_ref.Placeholder):
         remember_origin(obj, entry["key"], arguments)
     return obj, len(skeleton)

@@ -30,6 +30,8 @@ from ..shm import arena
 from . import code_deps, randomness, scope
 from . import vary as vary_mod
 from .replay import loader_logs, loader_warnings
+from .writes import recording as writes_recording
+from .writes import replay as writes_replay
 
 log = logging.getLogger("overmind")
 _local = threading.local()
@@ -228,9 +230,11 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
         try:
             generators = randomness.snapshot()
             modules_before, call_start_ns = code_deps.modules_now(), time.time_ns()
+            state_before = writes_recording.start()
             with loader_warnings.recording(call_frame) as warned, \
                     loader_logs.recording(lambda: len(warned.records)) as logged:
                 result = fn(*args, **kwargs)
+            wrote = writes_recording.finish(state_before)
         finally:
             stack.pop()
             if load_arena is not None:
@@ -242,6 +246,10 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
         if unsure is not None:  # a hit could not warn or log as this call did: not cached (slow, never wrong)
             _release(client, ck.key)
             log.debug("not caching %s: %s", loader.name, unsure)
+            return result
+        if wrote.unreplayable is not None:  # a hit could not leave the process as this call left it
+            _release(client, ck.key)
+            log.info("not caching %s: %s, which a hit cannot do in its place", loader.name, wrote.unreplayable)
             return result
         drew = randomness.movement(generators)
         code, code_refusal = code_deps.dependencies(fn, modules_before, call_start_ns)
@@ -268,7 +276,7 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
             return result
         try:
             rebuilt = publish(client, loader, target, result, arguments, recheck, load_arena, warned.records,
-                              logged.for_entry(), after)
+                              logged.for_entry(), after, wrote.writes)
             if target is not ck:  # the call's key names what its variants vary with
                 _publish_marker(client, loader, ck, names)
             log.info("published %s (entry %s%s) in %.3f s", loader.name, ck.key[:12],
@@ -359,7 +367,8 @@ class KeyChanged(OvermindError):
 
 def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments: dict | None = None,
             recheck: _Recheck | None = None, load_arena: arena.Arena | None = None,
-            warned: list | None = None, logged: dict | None = None, extra_meta: dict | None = None) -> Any:
+            warned: list | None = None, logged: dict | None = None, extra_meta: dict | None = None,
+            writes: list | None = None) -> Any:
     """Write ``result`` as an entry, publish it under ``ck`` and return it rebuilt from there, or ``result`` itself
     where a rebuild would gain nothing (:func:`_plain_result_will_do`).
 
@@ -369,25 +378,34 @@ def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments
     closed arena, whose memfd becomes the entry (``shm/arena.py``). ``warned``: the loader's warnings, which a hit
     issues again (``loader_warnings.Recording.records``); ``logged``: its log records and the logging answers it
     got (``loader_logs.Recording.for_entry``). ``extra_meta``: more of the entry's meta (a variant's generator
-    states after the call).
+    states after the call). ``writes``: what the loader wrote outside its result (``writes/changes.Write``), kept in
+    the entry and replayed on every hit; the key is checked with them taken back, as the call found the state.
     """
     def before_write() -> None:
-        what = recheck.changes(ck) if recheck is not None else None
+        what = None
+        if recheck is not None:
+            if writes:
+                with writes_replay.taken_back(writes):
+                    what = recheck.changes(ck)
+            else:
+                what = recheck.changes(ck)
         if what is not None:
             raise KeyChanged(f"{loader.name} changed {what} while it loaded; a hit cannot make that change to "
                              f"the objects of another call, so this call runs plain each time")
 
     expect_meta = torch_state.makes_meta(ck.ambient)
+    kept = writes_replay.for_entry(writes, result) if writes else None
     try:
         encoded = codec.encode(result, loader, ck.summary, arguments, before_write=before_write, arena=load_arena,
-                               expect_meta=expect_meta)
+                               expect_meta=expect_meta, writes=kept)
         res = _publish(client, ck, encoded, warned, logged, extra_meta)
     except (ServerError, codec.FileChanged) as e:
         if e.reason not in _COPY_INSTEAD:
             raise
         # An entry this one references was evicted meanwhile, or a checkpoint file it references changed: write
         # the bytes themselves instead.
-        encoded = codec.encode(result, loader, ck.summary, arguments, reference_mapped=False, expect_meta=expect_meta)
+        encoded = codec.encode(result, loader, ck.summary, arguments, reference_mapped=False, expect_meta=expect_meta,
+                               writes=kept)
         res = _publish(client, ck, encoded, warned, logged, extra_meta)
     if _plain_result_will_do(result, encoded):
         for fd in res.fds.values():

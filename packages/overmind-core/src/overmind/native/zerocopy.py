@@ -157,6 +157,7 @@ _PYTHON = SimpleNamespace(
     provenance_digest=None,  # overmind.keys.provenance keeps its Python form
     tensor_walk=None,  # overmind.entries.estimate walks in Python
     stack_room=None,  # unknown: deepstack pickles on a helper thread
+    dict_marks=None,  # overmind.loading.writes.marks digests in Python
 )
 
 
@@ -190,6 +191,8 @@ def _compiled(ext: Any) -> SimpleNamespace:
         provenance_digest=getattr(ext, "provenance_digest", None),  # csrc/provenance_digest.cpp; older builds: None
         tensor_walk=getattr(ext, "tensor_walk", None),  # csrc/tensor_walk.cpp; older builds: None
         stack_room=getattr(ext, "stack_room", None),  # csrc/stack_room.cpp; older builds: None
+        # csrc/dict_marks.cpp; older builds: None
+        dict_marks=(ext.dict_marks, ext.dict_prefix_digest) if hasattr(ext, "dict_marks") else None,
     )
 
 
@@ -306,6 +309,12 @@ def tensor_walk() -> Any:
     """The compiled walk behind ``overmind.entries.estimate.storages`` (``csrc/tensor_walk.cpp``), or ``None`` when the
     ``python`` implementation is active: the estimate then walks in Python. Both find the same tensors."""
     return _impl.tensor_walk
+
+
+def dict_marks() -> Any:
+    """``(marks, prefix_digest)`` compiled (``csrc/dict_marks.cpp``), or ``None`` when the ``python`` implementation
+    is active: ``overmind.loading.writes.marks`` then digests in Python."""
+    return _impl.dict_marks
 
 
 def script_module_from_storage(storage: torch.UntypedStorage, map_location: Any = None) -> torch.jit.ScriptModule:

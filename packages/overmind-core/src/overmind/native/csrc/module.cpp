@@ -47,5 +47,9 @@ PYBIND11_MODULE(_C, m) {
         "Give the live range at address an anonymous copy, and punch it out of the memfd.");
   m.def("arena_fd", &overmind::arena_fd, py::arg("handle"), "The arena's memfd (borrowed: dup it to keep it).");
   m.def("arena_release", &overmind::arena_release, py::arg("handle"), "Forget the arena; closes its memfd.");
+  m.def("dict_marks", &overmind::dict_marks, py::arg("dicts"), py::arg("previous"),
+        "(version, length, digest) of each dict, 24 bytes each: overmind.loading.writes.marks, in C.");
+  m.def("dict_prefix_digest", &overmind::dict_prefix_digest, py::arg("dict"), py::arg("n"),
+        "The digest dict_marks gives the first n items of a dict.");
   m.def("arena_live_ranges", &overmind::arena_live_ranges, "Live ranges of all arenas in this process.");
 }

@@ -49,4 +49,11 @@ pybind11::object tensor_walk(pybind11::handle root, pybind11::handle tensor_type
                              pybind11::handle atom_types, pybind11::handle containers, pybind11::handle collections,
                              Py_ssize_t max_objects);
 
+// [dict] -> bytes: each dict's (version, length, digest of its items' identities) as three uint64; a digest is taken
+// from previous where the dict's version has not moved (dict_marks.cpp).
+pybind11::bytes dict_marks(pybind11::list dicts, pybind11::object previous);
+
+// The digest dict_marks gives a dict holding only the first n items of this one (dict_marks.cpp).
+uint64_t dict_prefix_digest(pybind11::handle dict, Py_ssize_t n);
+
 }  // namespace overmind

@@ -1,0 +1,97 @@
+"""The writes a loader made outside its result, as an entry holds them: pickled with the result in one stream
+(:class:`Recorded`), so that a write storing an object of the result (a weak registry keyed by the model) stores the
+rebuilt object, and made again on every rebuild (:func:`apply`) before the caller gets the result.
+
+Each kind of container is written as plain writes it: a module global or a class attribute with ``setattr`` (which
+also clears the interpreter's attribute caches), a dict item below any ``__setitem__`` a subclass defines (the
+recorded key is the one the dict holds), a weak container through its own methods (which make the weak references).
+A set item already there, or a list item already in the list, is not written twice: the hit's own imports may have
+done what the miss's imports did. ``loading/writes/`` finds the writes on a miss.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a container lives: ``kind`` is ``"globals"`` (a module's own), ``"dict"``, ``"set"``, ``"list"``,
+    ``"weakkeys"``, ``"weakvalues"``, ``"weakset"`` (a module-level object of that kind, ``name`` its global) or
+    ``"class"`` (the attributes of the class ``name``, a qualname in ``module``)."""
+
+    kind: str
+    module: str
+    name: str = ""
+
+    def describe(self) -> str:
+        if self.kind == "globals":
+            return f"the globals of {self.module}"
+        if self.kind == "class":
+            return f"the class attributes of {self.module}.{self.name}"
+        return f"{self.module}.{self.name}"
+
+    def find(self) -> Any:
+        """The container here (another process: after the result's rebuild imported its modules)."""
+        module = sys.modules.get(self.module)
+        if module is None:
+            module = __import__(self.module, fromlist=["_"])
+        if self.kind == "globals":
+            return module
+        obj: Any = module
+        for part in self.name.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+
+class DELETED:
+    """A write's value where the loader deleted the global or attribute (a class: pickled by name, so it is itself
+    after a rebuild)."""
+
+
+class ABSENT:
+    """What a container held at a write's key before it, where it held nothing."""
+
+
+class Named:
+    """A value found at ``getattr(owner, attribute)``; rebuilt as that lookup (``owner`` is pickled by name)."""
+
+    def __init__(self, owner: Any, attribute: str) -> None:
+        self.owner, self.attribute = owner, attribute
+
+    def __reduce__(self) -> tuple:
+        return getattr, (self.owner, self.attribute)
+
+
+class Recorded:
+    """A result and the writes its loader made, pickled together (the entry's skeleton holds one of these)."""
+
+    def __init__(self, result: Any, writes: list[tuple]) -> None:
+        self.result, self.writes = result, writes
+
+    def __reduce__(self) -> tuple:
+        return Recorded, (self.result, self.writes)
+
+
+def apply(writes: Iterable[tuple]) -> None:
+    """Make each write, in order, as the plain call made it."""
+    for place, key, value in writes:
+        container = place.find()
+        kind = place.kind
+        if kind in ("globals", "class"):
+            if value is DELETED:
+                if hasattr(container, key):
+                    delattr(container, key)
+            else:
+                setattr(container, key, value)
+        elif kind == "dict":
+            dict.__setitem__(container, key, value)
+        elif kind in ("weakkeys", "weakvalues"):
+            container[key] = value
+        elif kind in ("set", "weakset"):
+            if value not in container:
+                container.add(value)
+        elif kind == "list":
+            if not any(item is value for item in container):
+                list.append(container, value)

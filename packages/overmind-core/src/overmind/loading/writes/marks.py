@@ -1,0 +1,63 @@
+"""Marks of dicts: ``(version, length, digest of the items' identities)`` for each of a list of dicts, taken before
+and after a loader runs, so that the dicts it changed are found without copying them.
+
+A digest covers every item's key, value and value type by identity, in the dict's order; a dict that only gained
+items at its end keeps the digest of its first ``length`` items (:func:`prefix_digest`), so the items it gained are
+the ones after them. The compiled marks (``csrc/dict_marks.cpp``) skip the digest of a dict whose interpreter
+version tag has not moved since the ``previous`` marks; the Python twin digests every dict. Both give the same
+answers to :func:`changed` and :func:`appended`; their digests are not comparable with each other.
+"""
+from __future__ import annotations
+
+import itertools
+import struct
+from typing import Any
+
+from ...native import zerocopy
+
+MARK = struct.Struct("<QQQ")
+_MASK = (1 << 64) - 1
+
+
+def _py_digest(d: dict, n: int) -> int:
+    keys = tuple(itertools.islice(map(id, dict.keys(d)), n))
+    values = tuple(itertools.islice(dict.values(d), n))
+    return hash((keys, tuple(map(id, values)), tuple(map(id, map(type, values))), len(keys))) & _MASK
+
+
+def _py_marks(dicts: list[dict], previous: bytes | None) -> bytes:
+    return b"".join(MARK.pack(0, len(d), _py_digest(d, len(d))) for d in dicts)
+
+
+def _implementation() -> tuple[Any, Any]:
+    ext = zerocopy.dict_marks()
+    return ext if ext is not None else (_py_marks, _py_digest)
+
+
+def marks(dicts: list[dict], previous: bytes | None = None) -> bytes:
+    """The marks of ``dicts`` (24 bytes each); ``previous``: marks of the same list taken earlier, whose digests
+    serve where a dict's version tag has not moved."""
+    return _implementation()[0](dicts, previous)
+
+
+def prefix_digest(d: dict, n: int) -> int:
+    """The digest :func:`marks` gives ``d`` holding only its first ``n`` items."""
+    return _implementation()[1](d, n)
+
+
+def changed(before: bytes, after: bytes) -> list[int]:
+    """Indexes of the dicts whose length or digest differs between two marks of one list."""
+    out = []
+    for i, (b, a) in enumerate(zip(MARK.iter_unpack(before), MARK.iter_unpack(after))):
+        if b[1:] != a[1:]:
+            out.append(i)
+    return out
+
+
+def appended(d: dict, before: bytes, index: int) -> int | None:
+    """How many items ``d`` (the dict at ``index`` of ``before``'s list) gained at its end, having kept all it held;
+    None where it lost or replaced any of them."""
+    _version, length, digest = MARK.unpack_from(before, index * MARK.size)
+    if len(d) < length or prefix_digest(d, length) != digest:
+        return None
+    return len(d) - length

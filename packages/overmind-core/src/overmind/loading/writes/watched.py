@@ -1,0 +1,152 @@
+"""The containers a loader may write outside its result: what a miss watches, and how each is found again by name.
+
+Watched, in every imported module but the standard library's, Overmind's own and the program's ``__main__``: the
+module's globals; each module-level dict (and subclass: ``OrderedDict``, a library's registry class), set and list;
+each ``WeakKeyDictionary``, ``WeakValueDictionary`` and ``WeakSet``; and the attributes of each class the module
+defines. A :class:`Place` names a container the way another process finds it (module, global name or class
+qualname) and knows how to write it there as the plain call wrote it here.
+
+The list is built once per process and extended as modules are imported (:func:`current`); a module whose globals
+changed is looked at again, so a container bound to a new name is watched from then on. Modules first imported
+during a call have no state from before it and are not watched for that call: their containers are as their import
+made them, which a hit's own import of them makes again.
+"""
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+import weakref
+from types import ModuleType
+from typing import Any
+
+from ...entries.writes import Place
+
+_SKIPPED_TOP = frozenset(sys.stdlib_module_names) | {"overmind", "__main__", "__mp_main__", "_pytest", "pytest",
+                                                      "pluggy", "hypothesis", "coverage", "dill"}
+_WEAK_MAPPINGS = (weakref.WeakKeyDictionary, weakref.WeakValueDictionary)
+
+
+class Watched:
+    """The watched containers of this process: ``dicts`` (the raw dict of each, marked by :mod:`.marks`) with
+    their ``dict_places``, and the sets and lists (``others``, copied) with their ``other_places``."""
+
+    def __init__(self) -> None:
+        self.dicts: list[dict] = []
+        self.dict_places: list[Place] = []
+        self.others: list[Any] = []
+        self.other_places: list[Place] = []
+        self.modules: dict[str, tuple[ModuleType, int]] = {}  # name -> (module, its globals' count when looked at)
+        self.generation = 0  # grows whenever the lists change (marks of an older generation are not comparable)
+        self._ids: set[int] = set()  # of every container watched: one bound to two names is watched once
+
+    def refresh(self) -> None:
+        """Watch the modules imported since the last refresh, and look again at those whose globals changed size."""
+        changed = False
+        for name, module in list(sys.modules.items()):
+            if name.partition(".")[0] in _SKIPPED_TOP or not isinstance(module, ModuleType):
+                continue
+            try:
+                namespace = object.__getattribute__(module, "__dict__")
+            except AttributeError:
+                continue
+            if type(namespace) is not dict:
+                continue
+            seen = self.modules.get(name)
+            if seen is not None and seen[0] is module and seen[1] == len(namespace):
+                continue
+            if seen is not None:
+                self._forget(name)
+            self.modules[name] = (module, len(namespace))
+            self._add_module(name, namespace)
+            changed = True
+        if changed:
+            self.generation += 1
+
+    def _forget(self, module: str) -> None:
+        self._ids.difference_update(id(d) for d, p in zip(self.dicts, self.dict_places) if p.module == module)
+        self._ids.difference_update(id(o) for o, p in zip(self.others, self.other_places) if p.module == module)
+        keep = [i for i, p in enumerate(self.dict_places) if p.module != module]
+        self.dicts = [self.dicts[i] for i in keep]
+        self.dict_places = [self.dict_places[i] for i in keep]
+        keep = [i for i, p in enumerate(self.other_places) if p.module != module]
+        self.others = [self.others[i] for i in keep]
+        self.other_places = [self.other_places[i] for i in keep]
+
+    def _add_dict(self, d: dict, place: Place) -> None:
+        if id(d) not in self._ids:
+            self._ids.add(id(d))
+            self.dicts.append(d)
+            self.dict_places.append(place)
+
+    def _add_other(self, container: Any, place: Place) -> None:
+        if id(container) not in self._ids:
+            self._ids.add(id(container))
+            self.others.append(container)
+            self.other_places.append(place)
+
+    def _add_module(self, module: str, namespace: dict) -> None:
+        self._add_dict(namespace, Place("globals", module))
+        for name, value in list(namespace.items()):
+            if not isinstance(name, str):
+                continue
+            kind = type(value)  # type(), not isinstance: a lazy module's proxy must not be asked its __class__
+            if issubclass(kind, dict):
+                self._add_dict(value, Place("dict", module, name))
+            elif issubclass(kind, (set, list)):
+                self._add_other(value, Place("set" if issubclass(kind, set) else "list", module, name))
+            elif issubclass(kind, _WEAK_MAPPINGS):
+                data = value.__dict__.get("data")
+                if type(data) is dict:
+                    weak = "weakkeys" if issubclass(kind, weakref.WeakKeyDictionary) else "weakvalues"
+                    self._add_dict(data, Place(weak, module, name))
+            elif issubclass(kind, weakref.WeakSet):
+                data = value.__dict__.get("data")
+                if type(data) is set:
+                    self._add_other(data, Place("weakset", module, name))
+            elif issubclass(kind, type) and value.__dict__.get("__module__") == module:
+                qualname = value.__dict__.get("__qualname__", name)
+                if qualname != name:
+                    continue  # an alias of a class defined elsewhere in the module, or a nested one
+                attributes = _class_dict(value)
+                if attributes is not None:
+                    self._add_dict(attributes, Place("class", module, name))
+
+
+def _class_dict(cls: type) -> dict | None:
+    """The dict behind a class's ``__dict__`` mappingproxy (read only to mark it; writes go through setattr)."""
+    referents = gc.get_referents(cls.__dict__)
+    return referents[0] if len(referents) == 1 and type(referents[0]) is dict else None
+
+
+# Attributes a library sets on a class on first use and sets again whenever it finds them missing, so a process
+# that only hit makes them as plain's does, when it needs them; they are not writes to replay:
+# - copyreg's cache of a class's slot names (any class);
+# - tqdm's lock and monitor thread, made with the first progress bar (any class of tqdm);
+# - transformers' ``smart_apply``, a function it defines inside ``PreTrainedModel.initialize_weights`` and sets on
+#   ``torch.nn.Module`` when ``hasattr`` finds none (a local function: nothing could name it in another process).
+_IGNORED_EVERYWHERE = frozenset({"__slotnames__"})
+_IGNORED_BY_LIBRARY = {"tqdm": frozenset({"_lock", "monitor", "_instances", "mp_lock", "th_lock"})}
+_IGNORED_BY_CLASS = {("torch.nn.modules.module", "Module"): frozenset({"smart_apply"})}
+
+
+def ignored(place: Place) -> frozenset:
+    """The attribute names of a class's attributes (``place``) that are not replayed."""
+    if place.kind != "class":
+        return frozenset()
+    return (_IGNORED_EVERYWHERE | _IGNORED_BY_LIBRARY.get(place.module.partition(".")[0], frozenset())
+            | _IGNORED_BY_CLASS.get((place.module, place.name), frozenset()))
+
+
+_lock = threading.Lock()
+_watched: Watched | None = None
+
+
+def current() -> Watched:
+    """This process's watched containers, brought up to date with the imported modules."""
+    global _watched
+    with _lock:
+        if _watched is None:
+            _watched = Watched()
+        _watched.refresh()
+        return _watched
