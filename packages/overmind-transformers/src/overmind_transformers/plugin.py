@@ -15,7 +15,7 @@ from __future__ import annotations
 from overmind.adapter import Spec, hookimpl
 from overmind_hf.adapter import HubAdapter
 
-from . import hub_kernels, values
+from . import hub_kernels, recorded_outputs, values
 from . import self_check_sample as _sample
 from .arguments import normalise
 
@@ -50,6 +50,12 @@ overmind_prepare_result = _hub.overmind_prepare_result
 overmind_entry_metadata = _hub.overmind_entry_metadata
 overmind_before_unpickle = _hub.overmind_before_unpickle
 overmind_self_check = _hub.overmind_self_check
+
+
+@hookimpl
+def overmind_after_unpickle(result, metadata):
+    """A rebuilt model is registered where its constructor registers it (see :mod:`.recorded_outputs`)."""
+    recorded_outputs.register(result)
 
 
 @hookimpl

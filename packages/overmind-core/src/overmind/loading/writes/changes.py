@@ -10,6 +10,7 @@ change that cannot be replayed: :func:`since` says which container.
 """
 from __future__ import annotations
 
+import operator
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,36 +46,65 @@ class Before:
     def __init__(self) -> None:
         self.watched = watched.current()
         previous = Before._previous
-        reuse = previous[1] if previous is not None and previous[0] == self.watched.generation else None
+        reuse = None
+        if previous is not None and previous[0] in (self.watched.generation, self.watched.appended_since):
+            reuse = previous[1]  # the same dicts at the same indexes (and maybe more after them)
         self.marks = marks.marks(self.watched.dicts, reuse)
         self.generation = self.watched.generation
         self.dicts = list(self.watched.dicts)
         self.dict_places = list(self.watched.dict_places)
         self.others = list(self.watched.others)
         self.other_places = list(self.watched.other_places)
-        self.copies = [set(o) if isinstance(o, set) else list(o) for o in self.others]
-        self.items = _itemwise_copies(self.dicts, self.dict_places, self.marks)
+        self.copies = [set.copy(o) if isinstance(o, set) else list.copy(o) for o in self.others]
+        self.itemwise = _itemwise_copies(self.dicts, self.dict_places, self.marks, self.generation)
         Before._previous = (self.generation, self.marks)
+
+    def copy_of(self, index: int) -> dict | None:
+        """The copy of the watched dict at ``index`` as the loader started, if it is compared item by item."""
+        kept = _copies.get(id(self.dicts[index])) if index in self.itemwise else None
+        return kept[1] if kept is not None else None
 
 
 _ITEMWISE = ("globals", "class")
 _copies: dict[int, tuple[int, dict]] = {}  # id of a watched dict -> (its version tag, a copy taken at that version)
 
 
-def _itemwise_copies(dicts: list[dict], places: list[watched.Place], at: bytes) -> dict[int, dict]:
-    """Copies of the module globals and class attributes among ``dicts`` (by index), reused from an earlier call
-    while the dict's version tag has not moved (a tag of 0: none known, copied anew)."""
-    out = {}
-    for index, (d, place) in enumerate(zip(dicts, places)):
-        if place.kind not in _ITEMWISE:
-            continue
-        version = marks.MARK.unpack_from(at, index * marks.MARK.size)[0]
-        kept = _copies.get(id(d))
-        if kept is None or kept[0] != version or version == 0:
-            kept = (version, dict.copy(d))
-            _copies[id(d)] = kept
-        out[index] = kept[1]
-    return out
+_copied: tuple[int, list[int], Any] | None = None  # (generation, indexes copied, their versions) of the last call
+
+
+def _itemwise_copies(dicts: list[dict], places: list[watched.Place | None], at: bytes,
+                     generation: int) -> frozenset[int]:
+    """Bring the copies of the module globals and class attributes among ``dicts`` up to date, reusing a copy from
+    an earlier call while the dict's version tag has not moved (a tag of 0: none known, copied anew); returns their
+    indexes."""
+    global _copied
+    versions = marks.versions(at)
+    if _copied is not None and _copied[0] == generation:
+        indexes = _copied[1]
+        moved = marks.moved(_copied[2], versions, indexes)
+    else:  # other lists: each dict's copy is looked up by the dict and its version
+        indexes = [i for i, place in enumerate(places) if place is not None and place.kind in _ITEMWISE]
+        moved = [i for i in indexes if _stale_copy(dicts[i], int(versions[i]))]
+    for index in moved:
+        d = dicts[index]
+        _copies[id(d)] = (int(versions[index]), dict.copy(d))
+    _copied = (generation, indexes, versions)
+    return _copied_set(generation, indexes)
+
+
+def _stale_copy(d: dict, version: int) -> bool:
+    kept = _copies.get(id(d))
+    return kept is None or kept[0] != version or version == 0
+
+
+_indexes: tuple[int, frozenset[int]] | None = None
+
+
+def _copied_set(generation: int, indexes: list[int]) -> frozenset[int]:
+    global _indexes
+    if _indexes is None or _indexes[0] != generation:
+        _indexes = (generation, frozenset(indexes))
+    return _indexes[1]
 
 
 def since(before: Before) -> Found:
@@ -83,9 +113,11 @@ def since(before: Before) -> Found:
     after = marks.marks(before.dicts, before.marks)
     for index in marks.changed(before.marks, after):
         d, place = before.dicts[index], before.dict_places[index]
-        then = before.items.get(index)
+        if place is None:
+            continue  # no longer bound where it was watched
+        then = before.copy_of(index)
         if then is not None:
-            _add_itemwise(found, place, then, d)
+            _add_itemwise(found, place, then, d, before.watched)
             continue
         gained = marks.appended(d, before.marks, index)
         if gained is None:
@@ -93,24 +125,28 @@ def since(before: Before) -> Found:
             return found
         for key in list(d)[len(d) - gained:]:
             _add_dict_write(found, place, key, d[key])
-    for place, now, then in zip(before.other_places, before.others, before.copies):
-        if isinstance(then, set):
-            if now != then:
-                if not then <= now:
-                    found.unreplayable = f"it removed an item of {place.describe()}"
+    for other, now, kept in zip(before.other_places, before.others, before.copies):
+        if other is None:
+            continue
+        if isinstance(kept, set):
+            if now != kept:
+                if not kept <= now:
+                    found.unreplayable = f"it removed an item of {other.describe()}"
                     return found
-                for item in now - then:
-                    _add_set_write(found, place, item)
-        elif len(now) != len(then) or any(a is not b for a, b in zip(now, then)):
-            if len(now) < len(then) or any(a is not b for a, b in zip(now, then)):
-                found.unreplayable = f"it removed or replaced an item of {place.describe()}"
+                for item in now - kept:
+                    _add_set_write(found, other, item)
+        elif len(now) != len(kept) or not all(map(operator.is_, now, kept)):
+            if len(now) < len(kept) or not all(map(operator.is_, now, kept)):
+                found.unreplayable = f"it removed or replaced an item of {other.describe()}"
                 return found
-            for item in now[len(then):]:
-                found.writes.append(Write(place, None, item))
+            for item in now[len(kept):]:
+                found.writes.append(Write(other, None, item))
     return found
 
 
-def _add_itemwise(found: Found, place: watched.Place, then: dict, now: dict) -> None:
+def _add_itemwise(found: Found, place: watched.Place, then: dict, now: dict, watching: watched.Watched) -> None:
+    if place.kind == "globals":
+        watching.stale(place.module)
     ignored = watched.ignored(place)
     if place.kind == "class":  # Overmind's own patches of a library's loaders are not the loader's writes
         from ...adapters import patching

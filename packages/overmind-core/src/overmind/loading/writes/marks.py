@@ -45,13 +45,37 @@ def prefix_digest(d: dict, n: int) -> int:
     return _implementation()[1](d, n)
 
 
+def _table(at: bytes) -> Any:
+    import numpy  # torch's own dependency: there whenever a loader runs
+
+    return numpy.frombuffer(at, dtype="<u8").reshape(-1, 3)
+
+
+def versions(at: bytes) -> Any:
+    """The version tags of marks ``at`` (0 where the interpreter keeps none), as an array."""
+    return _table(at)[:, 0].copy()
+
+
+def moved(before: Any, after: Any, indexes: list[int]) -> list[int]:
+    """Those of ``indexes`` whose version tag differs between two :func:`versions` of one list, or is 0 (unknown)."""
+    import numpy
+
+    flags = (before != after) | (after == 0)
+    if not flags.any():
+        return []
+    wanted = numpy.zeros(len(after), dtype=bool)
+    wanted[indexes] = True
+    return numpy.nonzero(flags & wanted)[0].tolist()
+
+
 def changed(before: bytes, after: bytes) -> list[int]:
     """Indexes of the dicts whose length or digest differs between two marks of one list."""
-    out = []
-    for i, (b, a) in enumerate(zip(MARK.iter_unpack(before), MARK.iter_unpack(after))):
-        if b[1:] != a[1:]:
-            out.append(i)
-    return out
+    import numpy
+
+    if before == after:
+        return []
+    b, a = _table(before), _table(after)
+    return numpy.nonzero((b[:, 1] != a[:, 1]) | (b[:, 2] != a[:, 2]))[0].tolist()
 
 
 def appended(d: dict, before: bytes, index: int) -> int | None:

@@ -33,15 +33,27 @@ class Watched:
 
     def __init__(self) -> None:
         self.dicts: list[dict] = []
-        self.dict_places: list[Place] = []
+        self.dict_places: list[Place | None] = []
         self.others: list[Any] = []
-        self.other_places: list[Place] = []
+        self.other_places: list[Place | None] = []
         self.modules: dict[str, tuple[ModuleType, int]] = {}  # name -> (module, its globals' count when looked at)
-        self.generation = 0  # grows whenever the lists change (marks of an older generation are not comparable)
+        self.generation = 0  # grows whenever the lists change
+        self.appended_since: int | None = None  # the generation whose lists these extend
         self._ids: set[int] = set()  # of every container watched: one bound to two names is watched once
+        self._seen_modules = -1  # len(sys.modules) at the last refresh
+        self._stale: set[str] = set()  # modules whose globals a load rebound: looked at again at the next refresh
+
+    def stale(self, module: str) -> None:
+        """A load rebound globals of ``module``: a container bound to a new name is watched from the next refresh."""
+        self._stale.add(module)
 
     def refresh(self) -> None:
-        """Watch the modules imported since the last refresh, and look again at those whose globals changed size."""
+        """Watch the modules imported since the last refresh, and look again at those whose globals changed size
+        or a load rebound."""
+        if len(sys.modules) == self._seen_modules and not self._stale:
+            return
+        self._seen_modules = len(sys.modules)
+        stale, self._stale = self._stale, set()
         changed = False
         for name, module in list(sys.modules.items()):
             if name.partition(".")[0] in _SKIPPED_TOP or not isinstance(module, ModuleType):
@@ -53,25 +65,26 @@ class Watched:
             if type(namespace) is not dict:
                 continue
             seen = self.modules.get(name)
-            if seen is not None and seen[0] is module and seen[1] == len(namespace):
+            if seen is not None and seen[0] is module and seen[1] == len(namespace) and name not in stale:
                 continue
             if seen is not None:
-                self._forget(name)
+                self._forget(name, namespace)
             self.modules[name] = (module, len(namespace))
             self._add_module(name, namespace)
             changed = True
         if changed:
+            self.appended_since = self.generation
             self.generation += 1
 
-    def _forget(self, module: str) -> None:
-        self._ids.difference_update(id(d) for d, p in zip(self.dicts, self.dict_places) if p.module == module)
-        self._ids.difference_update(id(o) for o, p in zip(self.others, self.other_places) if p.module == module)
-        keep = [i for i, p in enumerate(self.dict_places) if p.module != module]
-        self.dicts = [self.dicts[i] for i in keep]
-        self.dict_places = [self.dict_places[i] for i in keep]
-        keep = [i for i, p in enumerate(self.other_places) if p.module != module]
-        self.others = [self.others[i] for i in keep]
-        self.other_places = [self.other_places[i] for i in keep]
+    def _forget(self, module: str, namespace: dict) -> None:
+        """Stop watching what ``module`` no longer binds to the name it was watched under (the entry stays, so the
+        lists keep their order; a place of None is skipped)."""
+        bound = {id(v) for v in namespace.values()} | {id(namespace)}
+        for places, items in ((self.dict_places, self.dicts), (self.other_places, self.others)):
+            for i, place in enumerate(places):
+                if place is not None and place.module == module and id(_bound_object(items[i], place)) not in bound:
+                    places[i] = None
+                    self._ids.discard(id(items[i]))
 
     def _add_dict(self, d: dict, place: Place) -> None:
         if id(d) not in self._ids:
@@ -111,6 +124,16 @@ class Watched:
                 attributes = _class_dict(value)
                 if attributes is not None:
                     self._add_dict(attributes, Place("class", module, name))
+
+
+def _bound_object(container: Any, place: Place) -> Any:
+    """What the module binds for a watched container: the class for its attributes, the weak container for its data
+    (found by identity among the module's values)."""
+    if place.kind in ("class", "weakkeys", "weakvalues", "weakset"):
+        module = sys.modules.get(place.module)
+        value = getattr(module, place.name, None) if module is not None and place.name else None
+        return value if value is not None else container
+    return container
 
 
 def _class_dict(cls: type) -> dict | None:
