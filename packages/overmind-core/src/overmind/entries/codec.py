@@ -5,7 +5,8 @@ band (each placed by ``shm.placer``: copied into this entry, or referenced in an
 writes skeleton and bytes into a sealed memfd (``shm.writer``) and returns that fd with the entries it
 references (``deps``) and the ``meta`` the server keeps beside it. :func:`decode` maps an entry's memfds
 copy-on-write (``shm.reader``) and rebuilds the object, storages zero-copy over the mappings, objects the
-call was given as the caller's own (``pipe.vae is vae``, see :mod:`.arguments_ref`).
+call was given as the caller's own (``pipe.vae is vae``, see :mod:`.arguments_ref`), paths derived from its
+arguments as the caller spelled them (``./m`` or ``/abs/m``, see :mod:`.path_spellings`).
 
 >>> encoded = encode(result, loader, ck.summary, arguments)      # the caller publishes, then closes .fd
 >>> obj = decode(res.entry, res.fds, arguments)                  # a hit; closes the fds
@@ -24,7 +25,7 @@ from ..errors import OvermindError
 from ..keys import canon, provenance
 from ..shm import filemaps, reader, writer
 from ..shm.filemaps import FileChanged  # noqa: F401 - flow.publish copies everything when it is raised
-from . import arguments_ref, dedup, pickling
+from . import arguments_ref, dedup, path_spellings, pickling
 from . import writes as recorded_writes
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = N
         arena = None
     with gc_pause.paused():  # no collection over the user's heap inside a load (see _util/gc_pause.py)
         adapters_meta = hooks.entry_metadata(result, loader)
+        places = hooks.derived_paths(result, loader, arguments) if arguments else []
         _meta.intended = False
         pickled = _pickle(result, loader, reference_mapped, arguments, arena, writes)
     if not pickled.in_place:
@@ -100,6 +102,9 @@ def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = N
         meta["argument_aliases"] = pickled.argument_aliases
     if pickled.argument_memo:
         meta["argument_memo"] = pickled.argument_memo
+    spellings = path_spellings.record(result, places, arguments)  # where a hit writes its own spelling of a path
+    if spellings:
+        meta["spellings"] = spellings
     # Storages whose bytes an entry already holds are referenced there, not written (entries/dedup.py).
     shared = dedup.plan(pickled.storages) if reference_mapped else dedup.Plan(list(pickled.storages))
     meta.update(shared.meta)
@@ -139,28 +144,33 @@ def _pickle(result: Any, loader: Loader, reference_mapped: bool, arguments: dict
         return pickling.dumps(root, table, reference_mapped=reference_mapped, arguments=arguments, arena=arena)
 
 
-def decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None = None) -> Any:
+def decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None = None,
+           replace_writes: Callable[[], None] | None = None) -> Any:
     """Rebuild the object of ``entry`` (a hit's ``{entry_id, key, meta, ...}``) from ``fds`` (its memfd and
     those of the entries it depends on, by entry_id), mapped copy-on-write; closes the fds.
 
     ``arguments`` are this call's bound arguments: where the entry records an argument, the result gets this
-    caller's object; one that does not fit raises :class:`~overmind.entries.arguments_ref.ArgumentMismatch`. The
-    object is remembered as coming from ``entry["key"]`` (see :mod:`.provenance`). The collector is paused
-    throughout: the skeleton is a large graph of new objects, and a collection over it finds nothing to free.
+    caller's object, and where it records a path derived from an argument, this caller's spelling of it; one that
+    does not fit raises :class:`~overmind.entries.arguments_ref.ArgumentMismatch`. The object is remembered as
+    coming from ``entry["key"]`` (see :mod:`.provenance`). The collector is paused throughout: the skeleton is a
+    large graph of new objects, and a collection over it finds nothing to free.
+
+    ``replace_writes``: on the miss, takes back the writes its loader made with the objects it returned, before the
+    entry's writes are made with the rebuilt ones.
 
     Every tensor comes back with the inference flag it had when the loader returned it, whatever the caller's
     mode: transformers returns ordinary tensors under ``torch.inference_mode()``, diffusers inference tensors,
     and the entry records which (``tensors.INFERENCE``); the rest are rebuilt outside inference mode.
     """
-    return decode_sized(entry, fds, arguments)[0]
+    return decode_sized(entry, fds, arguments, replace_writes=replace_writes)[0]
 
 
 def decode_sized(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None = None,
-                 placeholders: list | None = None) -> tuple[Any, int]:
+                 placeholders: list | None = None, replace_writes: Callable[[], None] | None = None) -> tuple[Any, int]:
     """:func:`decode`, and the size of the entry's skeleton in bytes (what the rebuilt objects weigh, roughly).
     ``placeholders``: a rebuild ahead of the call, without its arguments (``entries/prebuilt.py``)."""
     with gc_pause.paused(), _outside_inference_mode():
-        obj, skeleton_bytes = _decode(entry, fds, arguments, placeholders)
+        obj, skeleton_bytes = _decode(entry, fds, arguments, placeholders, replace_writes)
     if skeleton_bytes >= heap_trim.TRIM_AFTER_BYTES:
         heap_trim.trim()  # the rebuild's temporaries (a tokenizer's vocabulary) back to the system
     return obj, skeleton_bytes
@@ -173,7 +183,7 @@ def _outside_inference_mode() -> contextlib.AbstractContextManager:
 
 
 def _decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None,
-            placeholders: list | None = None) -> tuple[Any, int]:
+            placeholders: list | None = None, replace_writes: Callable[[], None] | None = None) -> tuple[Any, int]:
     try:
         maps = {entry_id: reader.map_entry(entry_id, fd) for entry_id, fd in fds.items()}
         redirects = dedup.Redirects(entry, fds)  # storages whose bytes another entry holds (entries/dedup.py)
@@ -197,7 +207,11 @@ def _decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None,
     if isinstance(obj, recorded_writes.Recorded):
         obj, writes = obj.result, obj.writes
     obj = hooks.after_unpickle(obj, adapters_meta)
+    if placeholders is None:  # a rebuild ahead of the call gets the call's spellings as it is taken (prebuilt.py)
+        path_spellings.respell(obj, meta.get("spellings"), arguments)
     if writes:  # what the loader wrote outside its result, with the rebuilt objects, before anyone sees the result
+        if replace_writes is not None:
+            replace_writes()  # the miss: its loader's own writes (with the objects it returned) are taken back first
         recorded_writes.apply(writes)
     if not isinstance(obj, arguments_ref.Placeholder):
         remember_origin(obj, entry["key"], arguments)

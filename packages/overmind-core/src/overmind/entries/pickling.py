@@ -45,6 +45,7 @@ from ..native.tensors import UntypedStorageArg
 from ..shm import gpu_copies
 from ..shm.placer import Placer
 from . import arguments_ref, deep_recursion, external_resources
+from .own_warnings import silenced
 
 if TYPE_CHECKING:
     from ..shm.arena import Arena
@@ -312,7 +313,8 @@ def _dumps(obj: Any, reducer_table: _Reducers, reference_mapped: bool,
                 # memo indexes 0..k-1 (see the module doc); the skeleton's first opcodes fill them on rebuild
                 buf.write(_memo_prefix(len(containers)))
                 pickler.memo = {id(c): (i, c) for i, c in enumerate(containers)}
-            pickler.dump(obj)
+            with silenced():  # in the thread that pickles (deep_recursion may hand the dump to a helper)
+                pickler.dump(obj)
         except RecursionError:
             raise  # dill recurses deeper still
         except _Refused as e:
@@ -466,13 +468,18 @@ def loads(skeleton, storage_source: Callable[[Any, int, int], torch.UntypedStora
             if used:
                 placeholders.append(arguments_ref.Placeholder(path, type_name))
             memo_arguments.append(placeholders[-1] if used else None)
-        return cls(io.BytesIO(skeleton), _StorageLoader(storage_source, None, memo_arguments, placeholders)).load()
+        return _rebuild(cls, skeleton, _StorageLoader(storage_source, None, memo_arguments, placeholders))
     arguments_ref.check_aliases(arguments, argument_aliases)
     # this call's containers for the memo indexes the dump gave the first call's (one the skeleton cannot refer to
     # is a placeholder that keeps the numbering)
     memo_arguments = [arguments_ref.resolve(arguments, path, type_name) if used else None
                       for path, type_name, used in argument_memo]
-    return cls(io.BytesIO(skeleton), _StorageLoader(storage_source, arguments, memo_arguments)).load()
+    return _rebuild(cls, skeleton, _StorageLoader(storage_source, arguments, memo_arguments))
+
+
+def _rebuild(cls: type, skeleton, loader: _StorageLoader) -> Any:
+    with silenced():  # what the libraries' rebuild functions warn is no warning of the call's (own_warnings.py)
+        return cls(io.BytesIO(skeleton), loader).load()
 
 
 def _memo_prefix(count: int) -> bytes:

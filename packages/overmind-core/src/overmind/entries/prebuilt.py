@@ -13,7 +13,8 @@ call for the same key in the same process gets a new object, as the plain call w
 An entry that holds objects of the call's arguments (``pipe.vae is vae``) is built with a placeholder for each
 (:class:`~overmind.entries.arguments_ref.Placeholder`), every reference to it found (:func:`places`: only
 dicts' values, lists' items and objects' attributes, and only if that accounts for every reference), and the
-taking call's own objects are put there, checked as a rebuild checks them.
+taking call's own objects are put there, checked as a rebuild checks them. Paths the entry records as derived
+from the call's arguments are written as the taking call spells them (:mod:`.path_spellings`).
 
 >>> held = take(ck.key, res.entry["entry_id"], arguments)      # in the load flow's hit, before decoding
 >>> obj = codec.decode(...) if held is NOTHING else held
@@ -39,6 +40,7 @@ class Held(NamedTuple):
     places: list  # (container, key or index, placeholder number): every reference to a placeholder
     aliases: list  # the entry's argument_aliases, checked against the call's arguments
     environment: dict  # variables the rebuild read, with their values: taken only where they are the same
+    spellings: list  # the entry's places of paths derived from the call's arguments (path_spellings.record)
 
 
 _held: dict[str, Held] = {}  # cache key -> what is held for it
@@ -63,9 +65,12 @@ def take(key: str, entry_id: str, arguments: dict | None = None) -> Any:
         values = [placeholder.resolve(arguments) for placeholder in held.placeholders]
         for container, slot, number in held.places:
             (dict if isinstance(container, dict) else list).__setitem__(container, slot, values[number])
-        from . import codec
+    if held.placeholders or held.spellings:
+        from . import codec, path_spellings
 
-        codec.remember_origin(held.obj, key, arguments)  # as the object it now is, with the call's own objects
+        path_spellings.respell(held.obj, held.spellings, arguments)
+        # as the object it now is, with the call's own objects and spellings
+        codec.remember_origin(held.obj, key, arguments)
     _taken += 1
     return held.obj
 
@@ -76,14 +81,16 @@ def taken() -> int:
 
 
 def hold(key: str, entry_id: str, obj: Any, placeholders: list | None = None, aliases: list | None = None,
-         environment: dict | None = None) -> None:
+         environment: dict | None = None, spellings: list | None = None) -> None:
     """Keep ``obj``, rebuilt from entry ``entry_id`` of ``key``, for a later :func:`take`; ``placeholders``: the
     arguments the rebuild met (:func:`places` must have found where each one is); ``environment``: the variables
-    the rebuild read, with their values."""
+    the rebuild read, with their values; ``spellings``: the entry's meta ``spellings``, written as the taking call
+    spells its arguments."""
     found = places(obj, placeholders or [])
     if isinstance(found, str):
         raise ValueError(found)
-    _held[key] = Held(entry_id, obj, list(placeholders or []), found, list(aliases or []), dict(environment or {}))
+    _held[key] = Held(entry_id, obj, list(placeholders or []), found, list(aliases or []), dict(environment or {}),
+                      list(spellings or []))
 
 
 def places(obj: Any, placeholders: list) -> list | str:

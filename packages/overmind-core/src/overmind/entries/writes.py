@@ -3,15 +3,17 @@
 rebuilt object, and made again on every rebuild (:func:`apply`) before the caller gets the result.
 
 Each kind of container is written as plain writes it: a module global or a class attribute with ``setattr`` (which
-also clears the interpreter's attribute caches), a dict item below any ``__setitem__`` a subclass defines (the
-recorded key is the one the dict holds), a weak container through its own methods (which make the weak references).
-A set item already there, or a list item already in the list, is not written twice: the hit's own imports may have
-done what the miss's imports did. ``loading/writes/`` finds the writes on a miss.
+also clears the interpreter's attribute caches); a dict item below any Python ``__setitem__`` a subclass defines
+(the recorded key is the one the dict holds), through an ``OrderedDict``'s own (which keeps its order); a weak
+container through its own methods (which make the weak references). A set item already there is not added again (a
+set holds it once either way). ``loading/writes/`` finds the writes on a miss.
 """
 from __future__ import annotations
 
+import importlib
 import sys
 from dataclasses import dataclass
+from types import FunctionType, ModuleType
 from typing import Any, Iterable
 
 
@@ -55,13 +57,24 @@ class ABSENT:
 
 
 class Named:
-    """A value found at ``getattr(owner, attribute)``; rebuilt as that lookup (``owner`` is pickled by name)."""
+    """A value found at ``getattr(owner, attribute)``, ``owner`` a class (pickled by name) or a module (kept as its
+    name); rebuilt as that lookup."""
 
     def __init__(self, owner: Any, attribute: str) -> None:
         self.owner, self.attribute = owner, attribute
 
     def __reduce__(self) -> tuple:
+        if isinstance(self.owner, ModuleType):
+            return module_global, (self.owner.__name__, self.attribute)
         return getattr, (self.owner, self.attribute)
+
+
+def module_global(module: str, name: str) -> Any:
+    """The global ``name`` of ``module`` (imported if it is not yet)."""
+    found = sys.modules.get(module)
+    if found is None:
+        found = importlib.import_module(module)
+    return getattr(found, name)
 
 
 class Recorded:
@@ -72,6 +85,17 @@ class Recorded:
 
     def __reduce__(self) -> tuple:
         return Recorded, (self.result, self.writes)
+
+
+def stored(kind: type, method: str) -> Any:
+    """The compiled ``method`` nearest along ``kind``'s MRO: below a subclass's own Python ``__setitem__`` (which may
+    store something else than its argument, as transformers' registry does), but an ``OrderedDict``'s own, which
+    keeps its order."""
+    for klass in kind.__mro__:
+        found = klass.__dict__.get(method)
+        if found is not None and not isinstance(found, FunctionType):
+            return found
+    return getattr(dict, method)
 
 
 def apply(writes: Iterable[tuple]) -> None:
@@ -86,12 +110,11 @@ def apply(writes: Iterable[tuple]) -> None:
             else:
                 setattr(container, key, value)
         elif kind == "dict":
-            dict.__setitem__(container, key, value)
+            stored(type(container), "__setitem__")(container, key, value)
         elif kind in ("weakkeys", "weakvalues"):
             container[key] = value
         elif kind in ("set", "weakset"):
             if value not in container:
                 container.add(value)
         elif kind == "list":
-            if not any(item is value for item in container):
-                list.append(container, value)
+            list.append(container, value)

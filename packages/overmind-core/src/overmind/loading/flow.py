@@ -411,7 +411,8 @@ def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments
         for fd in res.fds.values():
             os.close(fd)
         return result
-    return codec.decode(res.entry, res.fds, arguments)
+    replace = (lambda: writes_replay.take_back(writes)) if writes else None
+    return codec.decode(res.entry, res.fds, arguments, replace_writes=replace)
 
 
 def _plain_result_will_do(result: Any, encoded: codec.Encoded) -> bool:

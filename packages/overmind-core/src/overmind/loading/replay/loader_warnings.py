@@ -35,7 +35,7 @@ import warnings
 from types import FrameType
 from typing import Any, Callable
 
-from ..._util import interrupts
+from ..._util import interrupts, quiet_warnings
 from ..._util.user_frame import is_overmind
 from . import recordings
 
@@ -48,7 +48,8 @@ _orphans: dict[str, dict] = {}  # stand-in module dicts of modules a replay name
 
 class _PerThread(type):
     def __subclasscheck__(cls, sub: type) -> bool:
-        if _RUNNING.mine() and not getattr(_local, "issuing", False):
+        # (Overmind's own pickling or rebuilding inside a loader, a nested hit's: its warnings are no loader's)
+        if _RUNNING.mine() and not getattr(_local, "issuing", False) and not quiet_warnings.active():
             _local.matched = True
             return True
         return False

@@ -13,7 +13,7 @@ import contextlib
 import sys
 from typing import Any, Iterator
 
-from ...entries.writes import ABSENT, Named, apply
+from ...entries.writes import ABSENT, Named, apply, stored
 from .changes import Write
 
 _ATOMS = (type(None), bool, int, float, complex, str, bytes, range, type(Ellipsis))
@@ -21,8 +21,8 @@ _ATOMS = (type(None), bool, int, float, complex, str, bytes, range, type(Ellipsi
 
 def for_entry(writes: list[Write], result: Any) -> list[tuple]:
     """``writes`` as an entry keeps them: ``(place, key, value)`` with found values as :class:`Named`."""
-    written = {(id(w.place.find()), w.key) for w in writes if w.place.kind == "class"}
-    index = _FoundValues(result, written)
+    written = {(id(w.place.find()), w.key) for w in writes if w.place.kind in ("class", "globals")}
+    index = _FoundValues(result, written, {w.place.module for w in writes})
     return [(w.place, _as_kept(w.key, index), _as_kept(w.value, index)) for w in writes]
 
 
@@ -56,21 +56,24 @@ def _by_name(value: Any) -> bool:
 
 
 class _FoundValues:
-    """Where values that already existed can be found by name: the attributes of the result's classes (and their
-    bases), looked up by identity."""
+    """Where values that already existed can be found by name, looked up by identity: the attributes of the result's
+    classes (and their bases), and the globals of the modules the writes went to."""
 
-    def __init__(self, result: Any, written: set[tuple[int, Any]]) -> None:
-        self._result, self._written = result, written  # (id of a class, attribute) the writes themselves set
+    def __init__(self, result: Any, written: set[tuple[int, Any]], modules: set[str]) -> None:
+        # written: (id of a class or module, attribute) that the writes themselves set: not where a value was found
+        self._result, self._written, self._modules = result, written, modules
         self._index: dict[int, tuple[Any, str]] | None = None
 
     def lookup(self, value: Any) -> tuple[Any, str] | None:
         if self._index is None:
             self._index = {}
+            owners: list[Any] = [sys.modules[m] for m in sorted(self._modules) if m in sys.modules]
             for cls in _classes_of(self._result):
-                for klass in reversed(cls.__mro__):
-                    for name, attr in list(klass.__dict__.items()):
-                        if not _is_atom(attr) and isinstance(name, str) and (id(klass), name) not in self._written:
-                            self._index.setdefault(id(attr), (klass, name))
+                owners.extend(reversed(cls.__mro__))
+            for owner in owners:
+                for name, attr in list(vars(owner).items()):
+                    if not _is_atom(attr) and isinstance(name, str) and (id(owner), name) not in self._written:
+                        self._index.setdefault(id(attr), (owner, name))
         return self._index.get(id(value))
 
 
@@ -103,6 +106,13 @@ def taken_back(writes: list[Write]) -> Iterator[None]:
         apply([(w.place, w.key, w.value) for w in reversed(undone)])
 
 
+def take_back(writes: list[Write]) -> None:
+    """Take ``writes`` back, last first: the state as the loader found it (the miss then makes the entry's writes,
+    with the rebuilt objects in place of those the loader returned)."""
+    for w in reversed(writes):
+        _undo(w)
+
+
 def _undo(w: Write) -> None:
     container = w.place.find()
     kind = w.place.kind
@@ -112,7 +122,7 @@ def _undo(w: Write) -> None:
         else:
             setattr(container, w.key, w.before)
     elif kind == "dict":
-        dict.__delitem__(container, w.key)
+        stored(type(container), "__delitem__")(container, w.key)
     elif kind in ("weakkeys", "weakvalues"):
         del container[w.key]
     elif kind in ("set", "weakset"):

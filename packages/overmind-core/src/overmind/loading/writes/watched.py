@@ -24,6 +24,10 @@ from ...entries.writes import Place
 
 _SKIPPED_TOP = frozenset(sys.stdlib_module_names) | {"overmind", "__main__", "__mp_main__", "_pytest", "pytest",
                                                       "pluggy", "hypothesis", "coverage", "dill"}
+# Overmind's own adapter packages (overmind_transformers, overmind_hf, ...): Overmind's state, not a library's. A
+# load may import one of their submodules first (overmind_transformers.tokenizer_reduce, as a tokenizer is stored),
+# which binds it in the package's globals: not a write of the loader, and a module cannot be pickled by value.
+_SKIPPED_PREFIX = "overmind_"
 _WEAK_MAPPINGS = (weakref.WeakKeyDictionary, weakref.WeakValueDictionary)
 
 
@@ -56,7 +60,8 @@ class Watched:
         stale, self._stale = self._stale, set()
         changed = False
         for name, module in list(sys.modules.items()):
-            if name.partition(".")[0] in _SKIPPED_TOP or not isinstance(module, ModuleType):
+            top = name.partition(".")[0]
+            if top in _SKIPPED_TOP or top.startswith(_SKIPPED_PREFIX) or not isinstance(module, ModuleType):
                 continue
             try:
                 namespace = object.__getattribute__(module, "__dict__")
