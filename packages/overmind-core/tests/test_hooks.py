@@ -82,6 +82,11 @@ class Recorder:
         return {"recorder": loader.name}
 
     @overmind.hookimpl
+    def overmind_derived_paths(self, result, loader, arguments):
+        self._saw("overmind_derived_paths")
+        return []
+
+    @overmind.hookimpl
     def overmind_before_unpickle(self, metadata):
         self._saw("overmind_before_unpickle")
         assert metadata["recorder"].endswith("make_pair")

@@ -6,6 +6,8 @@ An adapter is a module of ``overmind_*`` hooks registered under the entry-point 
 - :data:`hookimpl`, the marker for its hooks, and :class:`PatchTarget`, what ``overmind_patch_targets`` returns;
 - :class:`SelfCheck`, what ``overmind_self_check`` returns: how the adapter proves itself on a library version
   newer than its ``tested`` extra (the parameters its loaders must take, a tiny sample for the entry codec);
+- :class:`DerivedPath`, what ``overmind_derived_paths`` returns: a place where a result holds a path its library
+  derived from the call's argument, written as each hit's caller spells that argument;
 - :class:`Spec`, :class:`Function`, :func:`resolve`, :func:`collect` and :func:`owns`: loaders named as
   ``"module:Class"`` specs (each class's own loader plus every imported subclass that overrides it) or as
   ``"module:function"`` specs (the function where it is defined and everywhere its package re-exports it),
@@ -44,6 +46,7 @@ from ._util import interrupts
 from ._util.interrupts import raise_users
 from ._util.lazy_logger import logger
 from .adapters import patching
+from .adapters.derived_paths import DerivedPath
 from .adapters.hookspecs import hookimpl
 from .adapters.patching import PatchTarget, get_original, is_patched
 from .adapters.self_check import SelfCheck
@@ -54,8 +57,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Iterable, NamedTuple
 
-__all__ = ["hookimpl", "PatchTarget", "SelfCheck", "Spec", "Function", "resolve", "resolve_roots", "collect",
-           "waiting_modules", "owns", "label", "warn",
+__all__ = ["hookimpl", "PatchTarget", "SelfCheck", "DerivedPath", "Spec", "Function", "resolve", "resolve_roots",
+           "collect", "waiting_modules", "owns", "label", "warn",
            "version_of", "dist_of", "Uncacheable", "uncacheable", "NotCacheable", "NotCachedByDesign",
            "meta_intended", "code_keyed_by_adapter", "PicklingFailed", "raise_users", "patch_now", "is_patched",
            "get_original", "fingerprint", "load_memo", "logger", "in_cache_mapping", "pages_untouched",

@@ -50,5 +50,6 @@ overmind_key_parts = _hub.overmind_key_parts
 overmind_key_for_value = _hub.overmind_key_for_value
 overmind_prepare_result = _hub.overmind_prepare_result
 overmind_entry_metadata = _hub.overmind_entry_metadata
+overmind_derived_paths = _hub.overmind_derived_paths
 overmind_before_unpickle = _hub.overmind_before_unpickle
 overmind_self_check = _hub.overmind_self_check

@@ -21,7 +21,8 @@ may swap ``SPECS``), and hands its hooks on from a :class:`HubAdapter` over itse
 Shared: the patch targets of ``SPECS`` with their overriding subclasses; key parts under the never-guess
 rule (a call the adapter cannot read is left uncached, with one warning); the Hub ``ResolvedRevision``
 stand-in; the accelerate rule (:mod:`.dispatch`); remote code recorded with the entry and made importable
-before it is unpickled (:mod:`.dynamic_modules`). Key hooks run in every process: they look the library up
+before it is unpickled (:mod:`.dynamic_modules`); the places where a result keeps the model path as the caller
+spelled it (:mod:`.derived_paths`). Key hooks run in every process: they look the library up
 in ``sys.modules`` and never import it.
 """
 from __future__ import annotations
@@ -47,8 +48,8 @@ from overmind.adapter import (
     warn,
 )
 
-from . import dispatch, hub
-from .arguments import PATH_NAMES
+from . import derived_paths, dispatch, hub
+from .arguments import PATH_NAMES, path_argument
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -153,6 +154,14 @@ class HubAdapter:
         prefix = self._plugin.DYNAMIC_MODULES
         records = dynamic_modules.record(result, (prefix,))
         return {prefix: records} if records else None
+
+    @hookimpl
+    def overmind_derived_paths(self, result: Any, loader: Any, arguments: Mapping[str, Any]) -> list | None:
+        """Where the result keeps the model path as this caller spelled it (:mod:`.derived_paths`)."""
+        if not self._owns(loader):
+            return None
+        argument = path_argument(arguments)
+        return None if argument is None else derived_paths.places(result, argument, arguments)
 
     @hookimpl
     def overmind_before_unpickle(self, metadata: Mapping[str, Any]) -> None:

@@ -14,19 +14,22 @@ from . import hub
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Mapping
 
 PATH_NAMES = ("pretrained_model_name_or_path", "pretrained_model_or_path", "pretrained_model_link_or_path",
               "pretrained_model_link_or_path_or_dict", "pretrained_model_path")
 FETCH_ONLY = ("token", "use_auth_token", "proxies", "resume_download")
 
 
-def model_path(arguments: dict[str, Any]) -> Any:
+def model_path(arguments: Mapping[str, Any]) -> Any:
     """The model path or Hub id a loader was called with, or ``None``."""
-    for name in PATH_NAMES:
-        if arguments.get(name) is not None:
-            return arguments[name]
-    return None
+    name = path_argument(arguments)
+    return None if name is None else arguments[name]
+
+
+def path_argument(arguments: Mapping[str, Any]) -> str | None:
+    """The name of the argument that holds the model path or Hub id (one of :data:`PATH_NAMES`), or ``None``."""
+    return next((name for name in PATH_NAMES if arguments.get(name) is not None), None)
 
 
 def lift_positional_path(arguments: dict[str, Any]) -> None:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 if TYPE_CHECKING:
     from ..keys.key import Loader
+    from .derived_paths import DerivedPath
     from .patching import PatchTarget
     from .self_check import SelfCheck
 
@@ -93,6 +94,13 @@ def entry_metadata(result: Any, loader: Loader) -> dict[str, Any]:
     for part in _run("overmind_entry_metadata", result=result, loader=loader):
         merged.update(part)
     return merged
+
+
+def derived_paths(result: Any, loader: Loader, arguments: Mapping[str, Any]) -> list[DerivedPath]:
+    """Every adapter's places where ``result`` holds a path its library derived from one of the call's
+    ``arguments``, in hook order."""
+    return [place for part in _run("overmind_derived_paths", result=result, loader=loader, arguments=arguments)
+            for place in part]
 
 
 def before_unpickle(metadata: Mapping[str, Any]) -> None:

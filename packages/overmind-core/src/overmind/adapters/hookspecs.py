@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 if TYPE_CHECKING:
     from ..keys.key import Loader
+    from .derived_paths import DerivedPath
     from .patching import PatchTarget
     from .self_check import SelfCheck
 
@@ -202,6 +203,22 @@ def overmind_entry_metadata(result: Any, loader: Loader) -> Mapping[str, Any] | 
     """Return JSON-serialisable facts the client needs before unpickling this entry (for example the folder
     of a dynamic module), or ``None``. The dicts of all adapters are merged and stored with the entry; they
     come back to :func:`overmind_before_unpickle` and :func:`overmind_after_unpickle` in every later process.
+    """
+
+
+@_declare(Kind.ALL, When.LIVE)
+def overmind_derived_paths(result: Any, loader: Loader,
+                           arguments: Mapping[str, Any]) -> Sequence[DerivedPath] | None:
+    """Return where ``result`` holds a path the library derived from one of the call's ``arguments``, as
+    :class:`overmind.adapter.DerivedPath` records, or ``None``.
+
+    Calls that name one folder by different spellings (``m``, ``./m``, ``/abs/m/``) share an entry, since their
+    keys describe the folder; plain keeps each caller's own spelling where the library derives a string from it
+    (``model.config._name_or_path``, a pipeline component's ``<path>/unet``). Called when a result is written as
+    an entry. The core keeps the places whose value is the argument, ``str()`` of a ``pathlib`` argument, or
+    ``os.path.join`` of it and a tail, and a hit writes there what its own argument gives. Name only places the
+    library fills from the argument: a string that merely equals it (a ``model_type`` of the folder's name) must
+    stay as it is.
     """
 
 

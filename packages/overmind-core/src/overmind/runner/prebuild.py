@@ -145,8 +145,9 @@ class Builder:
         placeholders: list = []
         try:
             obj, size = codec.decode_sized(res.entry, res.fds, placeholders=placeholders)  # closes the fds
-            prebuilt.hold(key, entry_id, obj, placeholders, (res.entry.get("meta") or {}).get("argument_aliases"),
-                          verdict.environment)
+            meta = res.entry.get("meta") or {}
+            prebuilt.hold(key, entry_id, obj, placeholders, meta.get("argument_aliases"), verdict.environment,
+                          meta.get("spellings"))
             self.environment.update(verdict.environment)
         except Exception as exc:  # the trial passed; a second rebuild should too
             self.left_out[entry_id] = f"{type(exc).__name__}: {exc}"
