@@ -14,6 +14,8 @@ made them, which a hit's own import of them makes again.
 from __future__ import annotations
 
 import gc
+import itertools
+import operator
 import sys
 import threading
 import weakref
@@ -28,7 +30,6 @@ _SKIPPED_TOP = frozenset(sys.stdlib_module_names) | {"overmind", "__main__", "__
 # load may import one of their submodules first (overmind_transformers.tokenizer_reduce, as a tokenizer is stored),
 # which binds it in the package's globals: not a write of the loader, and a module cannot be pickled by value.
 _SKIPPED_PREFIX = "overmind_"
-_WEAK_MAPPINGS = (weakref.WeakKeyDictionary, weakref.WeakValueDictionary)
 
 
 class Watched:
@@ -45,6 +46,7 @@ class Watched:
         self.appended_since: int | None = None  # the generation whose lists these extend
         self._ids: set[int] = set()  # of every container watched: one bound to two names is watched once
         self._seen_modules = -1  # len(sys.modules) at the last refresh
+        self._positions: dict[str, list[tuple[bool, int]]] = {}  # module -> (in dicts?, index) of its containers
         self._stale: set[str] = set()  # modules whose globals a load rebound: looked at again at the next refresh
 
     def stale(self, module: str) -> None:
@@ -85,50 +87,78 @@ class Watched:
         """Stop watching what ``module`` no longer binds to the name it was watched under (the entry stays, so the
         lists keep their order; a place of None is skipped)."""
         bound = {id(v) for v in namespace.values()} | {id(namespace)}
-        for places, items in ((self.dict_places, self.dicts), (self.other_places, self.others)):
-            for i, place in enumerate(places):
-                if place is not None and place.module == module and id(_bound_object(items[i], place)) not in bound:
-                    places[i] = None
-                    self._ids.discard(id(items[i]))
+        for is_dict, i in self._positions.get(module, ()):
+            places, items = (self.dict_places, self.dicts) if is_dict else (self.other_places, self.others)
+            place = places[i]
+            if place is not None and id(_bound_object(items[i], place)) not in bound:
+                places[i] = None
+                self._ids.discard(id(items[i]))
 
     def _add_dict(self, d: dict, place: Place) -> None:
         if id(d) not in self._ids:
             self._ids.add(id(d))
+            self._positions.setdefault(place.module, []).append((True, len(self.dicts)))
             self.dicts.append(d)
             self.dict_places.append(place)
 
     def _add_other(self, container: Any, place: Place) -> None:
         if id(container) not in self._ids:
             self._ids.add(id(container))
+            self._positions.setdefault(place.module, []).append((False, len(self.others)))
             self.others.append(container)
             self.other_places.append(place)
 
     def _add_module(self, module: str, namespace: dict) -> None:
         self._add_dict(namespace, Place("globals", module))
-        for name, value in list(namespace.items()):
-            if not isinstance(name, str):
+        names, values = list(namespace), list(namespace.values())
+        # the kind of each value by its type(), not isinstance (a lazy module's proxy must not be asked its
+        # __class__), looked up in C for the thousands of values a library's modules hold; a new type classified once
+        kinds = list(map(_KINDS.get, map(type, values)))
+        for index in itertools.compress(range(len(kinds)), map(operator.ne, kinds, itertools.repeat("other"))):
+            name, value, kind = names[index], values[index], kinds[index] or _kind_of(type(values[index]))
+            if kind == "other" or not isinstance(name, str):
                 continue
-            kind = type(value)  # type(), not isinstance: a lazy module's proxy must not be asked its __class__
-            if issubclass(kind, dict):
+            if kind == "dict":
                 self._add_dict(value, Place("dict", module, name))
-            elif issubclass(kind, (set, list)):
-                self._add_other(value, Place("set" if issubclass(kind, set) else "list", module, name))
-            elif issubclass(kind, _WEAK_MAPPINGS):
+            elif kind in ("set", "list"):
+                self._add_other(value, Place(kind, module, name))
+            elif kind in ("weakkeys", "weakvalues", "weakset"):
                 data = value.__dict__.get("data")
-                if type(data) is dict:
-                    weak = "weakkeys" if issubclass(kind, weakref.WeakKeyDictionary) else "weakvalues"
-                    self._add_dict(data, Place(weak, module, name))
-            elif issubclass(kind, weakref.WeakSet):
-                data = value.__dict__.get("data")
-                if type(data) is set:
-                    self._add_other(data, Place("weakset", module, name))
-            elif issubclass(kind, type) and value.__dict__.get("__module__") == module:
+                if kind == "weakset" and type(data) is set:
+                    self._add_other(data, Place(kind, module, name))
+                elif kind != "weakset" and type(data) is dict:
+                    self._add_dict(data, Place(kind, module, name))
+            elif kind == "class" and value.__dict__.get("__module__") == module:
                 qualname = value.__dict__.get("__qualname__", name)
                 if qualname != name:
                     continue  # an alias of a class defined elsewhere in the module, or a nested one
                 attributes = _class_dict(value)
                 if attributes is not None:
                     self._add_dict(attributes, Place("class", module, name))
+
+
+_KINDS: dict[type, str] = {}  # a value's type -> what kind of container it is ("other": none watched)
+
+
+def _kind_of(kind: type) -> str:
+    if issubclass(kind, dict):
+        found = "dict"
+    elif issubclass(kind, set):
+        found = "set"
+    elif issubclass(kind, list):
+        found = "list"
+    elif issubclass(kind, weakref.WeakKeyDictionary):
+        found = "weakkeys"
+    elif issubclass(kind, weakref.WeakValueDictionary):
+        found = "weakvalues"
+    elif issubclass(kind, weakref.WeakSet):
+        found = "weakset"
+    elif issubclass(kind, type):
+        found = "class"
+    else:
+        found = "other"
+    _KINDS[kind] = found
+    return found
 
 
 def _bound_object(container: Any, place: Place) -> Any:
