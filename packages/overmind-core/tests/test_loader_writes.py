@@ -45,6 +45,20 @@ REPLAYABLE_OPS = st.one_of(
 UNREPLAYABLE_OPS = st.one_of(st.tuples(st.just("pop_builtin")), st.tuples(st.just("replace_first_name")))
 
 
+@pytest.fixture
+def impl_of(monkeypatch):
+    """``impl_of(name)``: the marks computed by the compiled extension ("c") or its Python twin, for one test."""
+    from overmind.native import zerocopy
+
+    def select(name: str) -> None:
+        monkeypatch.setenv(zerocopy.ENV, name)
+        assert zerocopy._select() == name
+
+    yield select
+    monkeypatch.delenv(zerocopy.ENV)
+    zerocopy._select()
+
+
 def _value(spec, result):
     kind, v = spec
     return result[v] if kind == "result" else wt.SPEC if kind == "spec" else v
@@ -114,9 +128,16 @@ def _record(ops, result) -> changes.Found:
     return recording.finish(before)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.parametrize("implementation", ["c", "python"])
+def test_recorded_writes_replayed_over_a_fresh_state_leave_what_the_loader_left(implementation, impl_of):
+    """Against the compiled marks and their Python twin."""
+    impl_of(implementation)
+    _replayed_over_a_fresh_state()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(REPLAYABLE_OPS, max_size=12))
-def test_recorded_writes_replayed_over_a_fresh_state_leave_what_the_loader_left(ops):
+def _replayed_over_a_fresh_state(ops):
     wt.reset()
     result = [wt.Box(i) for i in range(4)]
     found = _record(ops, result)
@@ -130,9 +151,15 @@ def test_recorded_writes_replayed_over_a_fresh_state_leave_what_the_loader_left(
     assert _state(rebuilt.result) == expected  # SPEC shown by identity: a found value is that very object
 
 
+@pytest.mark.parametrize("implementation", ["c", "python"])
+def test_a_removed_or_replaced_registry_item_is_found_unreplayable(implementation, impl_of):
+    impl_of(implementation)
+    _found_unreplayable()
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(REPLAYABLE_OPS, max_size=6), UNREPLAYABLE_OPS, st.lists(REPLAYABLE_OPS, max_size=6))
-def test_a_removed_or_replaced_registry_item_is_found_unreplayable(head, bad, tail):
+def _found_unreplayable(head, bad, tail):
     wt.reset()
     result = [wt.Box(i) for i in range(4)]
     found = _record(head + [bad] + tail, result)

@@ -41,14 +41,17 @@ class Found:
 class Before:
     """The watched containers' state as a loader starts: marks of the dicts, copies of the sets and lists."""
 
-    _previous: tuple[int, bytes] | None = None  # (generation, marks) of the last one taken, for their digests
+    # (generation, implementation, marks) of the last one taken, for their digests
+    _previous: tuple[int, Any, bytes] | None = None
 
     def __init__(self) -> None:
         self.watched = watched.current()
         previous = Before._previous
         reuse = None
-        if previous is not None and previous[0] in (self.watched.generation, self.watched.appended_since):
-            reuse = previous[1]  # the same dicts at the same indexes (and maybe more after them)
+        implementation = marks.implementation()
+        if (previous is not None and previous[0] in (self.watched.generation, self.watched.appended_since)
+                and previous[1] is implementation):
+            reuse = previous[2]  # the same dicts at the same indexes (and maybe more after them)
         self.marks = marks.marks(self.watched.dicts, reuse)
         self.generation = self.watched.generation
         self.dicts = list(self.watched.dicts)
@@ -57,7 +60,7 @@ class Before:
         self.other_places = list(self.watched.other_places)
         self.copies = [set.copy(o) if isinstance(o, set) else list.copy(o) for o in self.others]
         self.itemwise = _itemwise_copies(self.dicts, self.dict_places, self.marks, self.generation)
-        Before._previous = (self.generation, self.marks)
+        Before._previous = (self.generation, implementation, self.marks)
 
     def copy_of(self, index: int) -> dict | None:
         """The copy of the watched dict at ``index`` as the loader started, if it is compared item by item."""

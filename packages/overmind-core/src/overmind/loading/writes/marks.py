@@ -4,13 +4,15 @@ and after a loader runs, so that the dicts it changed are found without copying 
 A digest covers every item's key, value and value type by identity, in the dict's order; a dict that only gained
 items at its end keeps the digest of its first ``length`` items (:func:`prefix_digest`), so the items it gained are
 the ones after them. The compiled marks (``csrc/dict_marks.cpp``) skip the digest of a dict whose interpreter
-version tag has not moved since the ``previous`` marks; the Python twin digests every dict. Both give the same
-answers to :func:`changed` and :func:`appended`; their digests are not comparable with each other.
+version tag has not moved since the ``previous`` marks, and so does the Python twin where ctypes can read the tag.
+Both give the same answers to :func:`changed` and :func:`appended`; their digests are not comparable with each
+other.
 """
 from __future__ import annotations
 
 import itertools
 import struct
+import sys
 from typing import Any
 
 from ...native import zerocopy
@@ -25,24 +27,52 @@ def _py_digest(d: dict, n: int) -> int:
     return hash((keys, tuple(map(id, values)), tuple(map(id, map(type, values))), len(keys))) & _MASK
 
 
+def _version_reader() -> Any:
+    """A dict's version tag read through ctypes, where the interpreter keeps one at the compiled twin's offset
+    (CPython 3.10-3.13 with the GIL: after the object header and ``ma_used``); else None."""
+    if sys.implementation.name != "cpython" or sys.version_info >= (3, 14) or not getattr(sys, "_is_gil_enabled",
+                                                                                            lambda: True)():
+        return None
+    import ctypes
+
+    at = ctypes.c_uint64.from_address
+    return lambda d: at(id(d) + 24).value
+
+
+_read_version = _version_reader()
+
+
 def _py_marks(dicts: list[dict], previous: bytes | None) -> bytes:
-    return b"".join(MARK.pack(0, len(d), _py_digest(d, len(d))) for d in dicts)
+    out = bytearray(len(dicts) * MARK.size)
+    for i, d in enumerate(dicts):
+        version = _read_version(d) if _read_version is not None else 0
+        digest = None
+        if version and previous is not None and (i + 1) * MARK.size <= len(previous):
+            before = MARK.unpack_from(previous, i * MARK.size)
+            if before[0] == version:
+                digest = before[2]
+        MARK.pack_into(out, i * MARK.size, version, len(d), _py_digest(d, len(d)) if digest is None else digest)
+    return bytes(out)
 
 
-def _implementation() -> tuple[Any, Any]:
+_PYTHON = (_py_marks, _py_digest)
+
+
+def implementation() -> tuple[Any, Any]:
+    """``(marks, prefix_digest)`` of the active implementation (marks of one are not compared with the other's)."""
     ext = zerocopy.dict_marks()
-    return ext if ext is not None else (_py_marks, _py_digest)
+    return ext if ext is not None else _PYTHON
 
 
 def marks(dicts: list[dict], previous: bytes | None = None) -> bytes:
     """The marks of ``dicts`` (24 bytes each); ``previous``: marks of the same list taken earlier, whose digests
     serve where a dict's version tag has not moved."""
-    return _implementation()[0](dicts, previous)
+    return implementation()[0](dicts, previous)
 
 
 def prefix_digest(d: dict, n: int) -> int:
     """The digest :func:`marks` gives ``d`` holding only its first ``n`` items."""
-    return _implementation()[1](d, n)
+    return implementation()[1](d, n)
 
 
 def _table(at: bytes) -> Any:

@@ -177,23 +177,29 @@ def _class_dict(cls: type) -> dict | None:
     return referents[0] if len(referents) == 1 and type(referents[0]) is dict else None
 
 
-# Attributes a library sets on a class on first use and sets again whenever it finds them missing, so a process
+# Attributes and globals a library sets on first use and sets again whenever it finds them missing, so a process
 # that only hit makes them as plain's does, when it needs them; they are not writes to replay:
 # - copyreg's cache of a class's slot names (any class);
 # - tqdm's lock and monitor thread, made with the first progress bar (any class of tqdm);
 # - transformers' ``smart_apply``, a function it defines inside ``PreTrainedModel.initialize_weights`` and sets on
-#   ``torch.nn.Module`` when ``hasattr`` finds none (a local function: nothing could name it in another process).
+#   ``torch.nn.Module`` when ``hasattr`` finds none (a local function: nothing could name it in another process);
+# - transformers' tables built on first use (``if CACHE is None: CACHE = build()``): the checkpoint conversion
+#   mapping and the Hub kernels' mapping (hundreds of KB each, that every entry would carry).
 _IGNORED_EVERYWHERE = frozenset({"__slotnames__"})
 _IGNORED_BY_LIBRARY = {"tqdm": frozenset({"_lock", "monitor", "_instances", "mp_lock", "th_lock"})}
-_IGNORED_BY_CLASS = {("torch.nn.modules.module", "Module"): frozenset({"smart_apply"})}
+_IGNORED_BY_PLACE = {
+    ("class", "torch.nn.modules.module", "Module"): frozenset({"smart_apply"}),
+    ("globals", "transformers.conversion_mapping", ""): frozenset({"_checkpoint_conversion_mapping_cache"}),
+    ("globals", "transformers.integrations.hub_kernels", ""): frozenset({"_KERNEL_MAPPING_CACHE"}),
+}
 
 
 def ignored(place: Place) -> frozenset:
-    """The attribute names of a class's attributes (``place``) that are not replayed."""
-    if place.kind != "class":
-        return frozenset()
-    return (_IGNORED_EVERYWHERE | _IGNORED_BY_LIBRARY.get(place.module.partition(".")[0], frozenset())
-            | _IGNORED_BY_CLASS.get((place.module, place.name), frozenset()))
+    """The names among a class's attributes or a module's globals (``place``) that are not replayed."""
+    found = _IGNORED_BY_PLACE.get((place.kind, place.module, place.name), frozenset())
+    if place.kind == "class":
+        found = found | _IGNORED_EVERYWHERE | _IGNORED_BY_LIBRARY.get(place.module.partition(".")[0], frozenset())
+    return found
 
 
 _lock = threading.Lock()
