@@ -26,7 +26,7 @@ from .canon import Unkeyable, Walk, canon
 
 # Part of every key: raised whenever what a key describes, or what an entry's skeleton names (the module paths of
 # the functions that rebuild it), changes, so that entries an older Overmind published are never looked up.
-KEY_VERSION = 7
+KEY_VERSION = 8
 __all__ = ["Unkeyable", "Loader", "CacheKey", "describe_loader", "bind_arguments", "make_key", "canon", "summarize"]
 
 
