@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import importlib
 import sys
-from dataclasses import dataclass
 from types import FunctionType, ModuleType
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 
-@dataclass(frozen=True)
-class Place:
+class Place(NamedTuple):
     """Where a container lives: ``kind`` is ``"globals"`` (a module's own), ``"dict"``, ``"set"``, ``"list"``,
     ``"weakkeys"``, ``"weakvalues"``, ``"weakset"`` (a module-level object of that kind, ``name`` its global) or
     ``"class"`` (the attributes of the class ``name``, a qualname in ``module``)."""
