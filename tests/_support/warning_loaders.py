@@ -1,5 +1,6 @@
 """Loaders that warn, for ``test_loader_warnings.py``: what they issue is described by their argument (so each
-description is its own cache key).
+description is its own cache key); and :func:`exotic_tensors`, whose tensors torch also warns about where Overmind
+pickles and rebuilds them (``test_own_warnings.py``).
 
 A description is a tuple of steps:
 
@@ -97,3 +98,12 @@ def steps_aside_inside(text: str) -> torch.Tensor:
     record_call(text, "warning_loaders")
     fallback.step_aside("overmind: a nested load stepped aside (test)", RuntimeError("test"))
     return torch.zeros(7)
+
+
+def exotic_tensors() -> dict:
+    """A sparse CSR tensor and a qint8 one: torch warns as it makes them (beta, deprecated) and again where it
+    pickles or rebuilds them (their reduce and ``torch._utils`` rebuilds, ``TypedStorage`` reads)."""
+    record_call("exotic", "warning_loaders")
+    dense = torch.tensor([[1.0, 0.0, 2.0], [0.0, 3.0, 0.0]])
+    return {"csr": dense.to_sparse_csr(),
+            "q": torch.quantize_per_tensor(torch.tensor([1.0, 2.0, -1.0, 0.5]), 0.1, 0, torch.qint8)}

@@ -17,11 +17,13 @@ server releases a connection's claims when it closes). So an exception raised in
 nothing behind for the next request to read. Every wait is bounded (``timeouts``): a server that does not
 answer in time is dropped and the request raises ``ServerUnavailable``. The server must run as this user
 (``peer``) before anything is sent to it. A forked child closes its copies of the parent's connections at
-once (``os.register_at_fork``), so it never keeps the parent's claims alive. If the connection broke (the
-server died), a request reconnects once, starting a new server when ``autostart``.
+once (``os.register_at_fork``), so it never keeps the parent's claims alive; any process closes its own before
+the interpreter tears down (``atexit``), which would otherwise report each as an unclosed socket. If the
+connection broke (the server died), a request reconnects once, starting a new server when ``autostart``.
 """
 from __future__ import annotations
 
+import atexit
 import itertools
 import os
 import socket
@@ -527,4 +529,21 @@ def _reinit_after_fork() -> None:
         client._after_fork()  # at once: a child that never uses overmind must not hold the parent's claims
 
 
+def _close_at_exit() -> None:
+    """Every connection this process opened is closed before the interpreter tears its modules down: a socket left
+    to that teardown is reported as ``ResourceWarning: unclosed <socket ...>`` under ``-W default`` or ``-X dev``,
+    where plain prints nothing. Each client is closed without its lock (a daemon thread may hold it as the
+    interpreter exits); a thread that asks again afterwards connects anew."""
+    for client in list(_all_clients):
+        if os.getpid() != client._pid:
+            client._after_fork()  # copies of a parent's connections: closed all the same, and nothing else
+            continue
+        conns, client._conns = client._conns, []
+        client._local = threading.local()
+        for conn in conns:
+            with interrupts.suppress(OSError):
+                conn.close()
+
+
 os.register_at_fork(after_in_child=_reinit_after_fork)
+atexit.register(_close_at_exit)
