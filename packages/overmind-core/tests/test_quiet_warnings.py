@@ -46,3 +46,25 @@ def test_an_error_filter_raises_nothing_inside_and_no_registry_notes_it():
         assert not [k for k in registry if k != "version"]
         with pytest.raises(UserWarning, match="outside"):
             warnings.warn("outside", UserWarning, stacklevel=1)
+
+
+def test_the_python_twin_leaves_the_registries_as_they_were(monkeypatch):
+    """A storage over a read-only buffer (torch warns that it is not writable, every time) forgets no warning a
+    "default" filter already showed once."""
+    from overmind.native import zerocopy
+
+    monkeypatch.setenv(zerocopy.ENV, "python")
+    zerocopy._select()
+    shown = []
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")
+            warnings.showwarning = lambda message, *rest, **kw: shown.append(str(message))
+            for _ in range(2):
+                warnings.warn("once at this line", UserWarning, stacklevel=1)
+                storage = zerocopy.storage_from_buffer(b"read-only bytes")
+        assert shown == ["once at this line"]
+        assert bytes(storage) == b"read-only bytes"
+    finally:
+        monkeypatch.undo()
+        zerocopy._select()

@@ -31,12 +31,12 @@ from __future__ import annotations
 import ctypes
 import io
 import re
-import warnings
 from types import SimpleNamespace
 from typing import Any, Callable
 
 import torch
 
+from .._util.quiet_warnings import quiet
 from ..errors import OvermindError
 from . import tensors
 
@@ -81,9 +81,9 @@ def _py_storage_from_buffer(buf: Any) -> torch.UntypedStorage:
     if nbytes == 0:
         # torch.frombuffer refuses an empty buffer; an empty storage needs no memory to keep alive.
         return torch.UntypedStorage(0)
-    with warnings.catch_warnings():
-        # A read-only buffer is accepted on purpose (both paths do); torch warns about it on every call.
-        warnings.filterwarnings("ignore", message="The given buffer is not writable")
+    with quiet():
+        # A read-only buffer is accepted on purpose (both paths do); torch warns about it on every call. (Not
+        # catch_warnings: it swaps every thread's filters and makes each module's registry forget what it showed.)
         return torch.frombuffer(buf, dtype=torch.uint8).untyped_storage()
 
 
