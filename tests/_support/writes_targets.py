@@ -82,9 +82,16 @@ def load_net_dropping(path: str) -> Net:
     return load_net(path)
 
 
+def load_net_registering_a_generator(path: str) -> Net:
+    """A loader that stores a value no other process could rebuild (a running generator): not cached, silently."""
+    REGISTRY["pending"] = (n for n in range(3))
+    return load_net(path)
+
+
 def state() -> dict:
     """The module's state as a script prints it (objects of a result shown by what they are)."""
     return {"registry": sorted((k, type(v).__name__) for k, v in REGISTRY.items()), "names": list(NAMES),
+            "pending": list(REGISTRY["pending"]) if "pending" in REGISTRY else None,
             "tags": sorted(TAGS), "ordered": [type(v).__name__ for v in ORDERED.values()], "counter": COUNTER,
             "thing": sorted(n for n in vars(Thing) if n.startswith("set_")),
             "spec_is_found": getattr(Thing, "set_by_net", None) is SPEC}

@@ -23,7 +23,7 @@ from typing import Any, Callable
 from .. import fallback
 from .._util import gc_pause, heap_trim, interrupts
 from ..adapters import hooks
-from ..entries import arguments_ref, codec, prebuilt
+from ..entries import arguments_ref, codec, pickling, prebuilt
 from ..errors import OvermindError, ServerError
 from ..keys import key, provenance, torch_state
 from ..shm import arena
@@ -282,7 +282,8 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
             log.info("published %s (entry %s%s) in %.3f s", loader.name, ck.key[:12],
                      f", a variant by {', '.join(_short(n) for n in names)}" if names else "",
                      time.perf_counter() - t1)
-        except (KeyChanged, codec.UnexpectedMeta) as e:  # the result is not what the key describes: not cached
+        except (KeyChanged, codec.UnexpectedMeta, WritesNotKept) as e:  # not what the key describes, or not all of
+            # what the call did can be kept: not cached
             _release(client, ck.key)
             log.info("not caching %s: %s", loader.name, e)
             return result
@@ -361,6 +362,23 @@ def _release(client, cache_key: str) -> None:
         log.debug("release of %s failed: %s", cache_key[:12], e)
 
 
+class WritesNotKept(OvermindError):
+    """The result pickles, but a value its loader wrote outside it does not: a hit could not write it."""
+
+
+def _pickles_alone(result: Any, loader: key.Loader, ck: key.CacheKey, arguments: dict | None) -> bool:
+    """Whether ``result`` pickles without its loader's writes (asked only after the two failed together)."""
+    try:
+        encoded = codec.encode(result, loader, ck.summary, arguments, reference_mapped=False)
+    except Exception as e:
+        interrupts.raise_users(e)
+        return False
+    os.close(encoded.fd)
+    for _, fd in encoded.files:
+        os.close(fd)
+    return True
+
+
 class KeyChanged(OvermindError):
     """The call's key is not what it was before the loader ran: the result is returned, not published."""
 
@@ -396,8 +414,14 @@ def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments
     expect_meta = torch_state.makes_meta(ck.ambient)
     kept = writes_replay.for_entry(writes, result) if writes else None
     try:
-        encoded = codec.encode(result, loader, ck.summary, arguments, before_write=before_write, arena=load_arena,
-                               expect_meta=expect_meta, writes=kept)
+        try:
+            encoded = codec.encode(result, loader, ck.summary, arguments, before_write=before_write,
+                                   arena=load_arena, expect_meta=expect_meta, writes=kept)
+        except pickling.PicklingFailed as e:
+            if kept and _pickles_alone(result, loader, ck, arguments):
+                raise WritesNotKept(f"{loader.name} wrote a value outside its result that cannot be kept for a hit "
+                                    f"({fallback.brief(e)}), so this call runs plain each time") from e
+            raise
         res = _publish(client, ck, encoded, warned, logged, extra_meta)
     except (ServerError, codec.FileChanged) as e:
         if e.reason not in _COPY_INSTEAD:
