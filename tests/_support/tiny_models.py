@@ -16,6 +16,7 @@ Builders:
   build_sd_controlnet_set(root)                    both of the above: SDControlNetPaths(ckpt, depth, edge)
   build_llama(folder, seed=0)                      LlamaForCausalLM + a word-level fast tokenizer
   build_bert(folder, seed=0)                       BertModel + BertTokenizer (WordPiece)
+  build_clip_text(folder, seed=0)                  CLIPTextModel (SD's text encoder's size) + the CLIP tokenizer
   build_clip_processor(folder)                     CLIPProcessor (CLIP image processor + tokenizer), for AutoProcessor
   build_feature_extractor(folder)                  Wav2Vec2FeatureExtractor, for AutoFeatureExtractor
   build_hf_cache(cache_dir, repo_id, source)       a Hugging Face Hub cache layout (refs/, snapshots/<rev>/)
@@ -48,6 +49,7 @@ __all__ = [
     "build_sd_controlnet_set",
     "build_llama",
     "build_bert",
+    "build_clip_text",
     "build_clip_processor",
     "build_feature_extractor",
     "build_hf_cache",
@@ -326,6 +328,28 @@ def build_bert(folder: str | os.PathLike, seed: int = 0) -> Path:
                                      num_attention_heads=4, intermediate_size=37, max_position_embeddings=64))
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
+    return folder
+
+
+def build_clip_text(folder: str | os.PathLike, seed: int = 0) -> Path:
+    """Save a tiny ``CLIPTextModel`` (2 layers, hidden 32, as :func:`build_sd_pipeline`'s text encoder) and the
+    synthesized ``CLIPTokenizer`` (16 tokens at most) to ``folder``; ``AutoModel`` / ``AutoTokenizer`` load them."""
+    import torch
+    from transformers import CLIPTextConfig, CLIPTextModel, CLIPTokenizer
+
+    folder = Path(folder)
+    tok_dir = build_clip_tokenizer(folder / "_tokenizer_build")
+    tokenizer = CLIPTokenizer.from_pretrained(tok_dir)
+    shutil.rmtree(tok_dir)
+    with _seeded(seed):
+        torch.manual_seed(seed)
+        model = CLIPTextModel(CLIPTextConfig(
+            vocab_size=len(tokenizer), hidden_size=CLIP_HIDDEN, intermediate_size=37, num_attention_heads=4,
+            num_hidden_layers=2, max_position_embeddings=16, bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, projection_dim=CLIP_HIDDEN,
+        ))
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
     return folder
 
 
