@@ -10,14 +10,13 @@ that removes a registry item, or stores a value that cannot be pickled, is not c
 """
 from __future__ import annotations
 
-import pickle
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from _support import pythonpath_env
 from _support import writes_targets as wt
+from overmind.entries import pickling
 from overmind.entries import writes as entry_writes
 from overmind.loading.writes import changes, recording, replay
 from overmind.testing import run_fresh
@@ -144,9 +143,9 @@ def _replayed_over_a_fresh_state(ops):
     assert found.unreplayable is None, found.unreplayable
     expected = _state(result)
     mine = [w for w in found.writes if w.place.module == TARGET]
-    blob = pickle.dumps(entry_writes.Recorded(result, replay.for_entry(mine, result)))
+    pickled = pickling.dumps(entry_writes.Recorded(result, replay.for_entry(mine, result)))  # as an entry pickles
     wt.reset()
-    rebuilt = pickle.loads(blob)
+    rebuilt = pickling.loads(pickled.skeleton, None, pickled.pickler)
     entry_writes.apply(rebuilt.writes)
     assert _state(rebuilt.result) == expected  # SPEC shown by identity: a found value is that very object
 

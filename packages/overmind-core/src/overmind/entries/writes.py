@@ -6,13 +6,14 @@ Each kind of container is written as plain writes it: a module global or a class
 also clears the interpreter's attribute caches); a dict item below any Python ``__setitem__`` a subclass defines
 (the recorded key is the one the dict holds), through an ``OrderedDict``'s own (which keeps its order); a weak
 container through its own methods (which make the weak references). A set item already there is not added again (a
-set holds it once either way). ``loading/writes/`` finds the writes on a miss.
+set holds it once either way), nor a class, function or module a list already holds (its module's import, which
+the hit may run as the miss did, appended it). ``loading/writes/`` finds the writes on a miss.
 """
 from __future__ import annotations
 
 import importlib
 import sys
-from types import FunctionType, ModuleType
+from types import BuiltinFunctionType, FunctionType, ModuleType
 from typing import Any, Iterable, NamedTuple
 
 
@@ -24,6 +25,9 @@ class Place(NamedTuple):
     kind: str
     module: str
     name: str = ""
+
+    def __reduce__(self) -> tuple:  # explicit: the entry's picklers reduce a tuple subclass as a plain tuple
+        return Place, (self.kind, self.module, self.name)
 
     def describe(self) -> str:
         if self.kind == "globals":
@@ -85,6 +89,11 @@ class Recorded:
         return Recorded, (self.result, self.writes)
 
 
+# A class, function or module appended to a list is appended again only if the list does not hold it yet: the
+# import of the module that defines it, which a hit's rebuild may run as the miss's loader ran it, appends it itself.
+_NAMED = (type, FunctionType, BuiltinFunctionType, ModuleType)
+
+
 def stored(kind: type, method: str) -> Any:
     """The compiled ``method`` nearest along ``kind``'s MRO: below a subclass's own Python ``__setitem__`` (which may
     store something else than its argument, as transformers' registry does), but an ``OrderedDict``'s own, which
@@ -115,4 +124,5 @@ def apply(writes: Iterable[tuple]) -> None:
             if value not in container:
                 container.add(value)
         elif kind == "list":
-            list.append(container, value)
+            if not (isinstance(value, _NAMED) and any(item is value for item in container)):
+                list.append(container, value)

@@ -186,6 +186,9 @@ def _class_dict(cls: type) -> dict | None:
 # - transformers' tables built on first use (``if CACHE is None: CACHE = build()``): the checkpoint conversion
 #   mapping and the Hub kernels' mapping (hundreds of KB each, that every entry would carry).
 _IGNORED_EVERYWHERE = frozenset({"__slotnames__"})
+# What the warnings module notes of the warnings a module's code issued: the loader's warnings are recorded and issued
+# again by loading/replay/loader_warnings.py, through the hit process's own registries, as plain issues them.
+_IGNORED_GLOBALS = frozenset({"__warningregistry__"})
 _IGNORED_BY_LIBRARY = {"tqdm": frozenset({"_lock", "monitor", "_instances", "mp_lock", "th_lock"})}
 _IGNORED_BY_PLACE = {
     ("class", "torch.nn.modules.module", "Module"): frozenset({"smart_apply"}),
@@ -197,6 +200,8 @@ _IGNORED_BY_PLACE = {
 def ignored(place: Place) -> frozenset:
     """The names among a class's attributes or a module's globals (``place``) that are not replayed."""
     found = _IGNORED_BY_PLACE.get((place.kind, place.module, place.name), frozenset())
+    if place.kind == "globals":
+        found = found | _IGNORED_GLOBALS
     if place.kind == "class":
         found = found | _IGNORED_EVERYWHERE | _IGNORED_BY_LIBRARY.get(place.module.partition(".")[0], frozenset())
     return found
