@@ -116,8 +116,8 @@ class Watched:
         kinds = list(map(_KINDS.get, map(type, values)))
         for index in itertools.compress(range(len(kinds)), map(operator.ne, kinds, itertools.repeat("other"))):
             name, value, kind = names[index], values[index], kinds[index] or _kind_of(type(values[index]))
-            if kind == "other" or not isinstance(name, str):
-                continue
+            if kind == "other" or not isinstance(name, str) or (name.startswith("__") and kind != "class"):
+                continue  # a module's own dunders (__warningregistry__, __all__, __annotations__) are no registries
             if kind == "dict":
                 self._add_dict(value, Place("dict", module, name))
             elif kind in ("set", "list"):
