@@ -68,6 +68,9 @@ class _Finder:
                 self._module(module, steps + _module_steps(name))
         elif self._is(obj, "tokenizer"):
             self._tokenizer(obj, steps)
+        elif type(obj) in (tuple, list):  # (model, loading_info) of output_loading_info=True
+            for i, part in enumerate(obj):
+                self.visit(part, steps + (("item", i),))
         elif self._is(obj, "config_mixin") or self._is(obj, "processor"):
             if self._is(obj, "config_mixin"):
                 self._config_mixin(obj, steps)

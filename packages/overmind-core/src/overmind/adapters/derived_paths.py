@@ -21,7 +21,7 @@ class DerivedPath(Frozen):
     """The path at ``key`` of what ``steps`` reach from the result, derived from the call's argument ``argument``.
 
     Each step is ``("attr", name)``, an attribute kept in an object's ``__dict__``, or ``("item", key)``, an item
-    of a dict or list. ``item=False``: ``key`` is an attribute of the object the steps reach; ``item=True``: an
+    of a dict, list or tuple. ``item=False``: ``key`` is an attribute of the object the steps reach; ``item=True``: an
     item of the dict they reach. ``argument`` is the parameter's name in the bound arguments.
 
     >>> DerivedPath([("attr", "config")], "_name_or_path", "pretrained_model_name_or_path")  # model.config's

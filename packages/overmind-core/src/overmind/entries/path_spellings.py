@@ -88,8 +88,9 @@ def _derivation(value: Any, spelled: str | pathlib.PurePath) -> dict | None:
     if value == str(spelled):
         return {"as": "str"}
     base = os.path.join(spelled, "")
-    if value.startswith(base):
-        return {"as": "joined", "tail": value[len(base):]}
+    tail = value[len(base):]
+    if value.startswith(base) and os.path.join(spelled, tail) == value:  # (not a tail that join would restart at)
+        return {"as": "joined", "tail": tail}
     return None
 
 
@@ -151,6 +152,8 @@ def _item(obj: Any, at: Any) -> Any:
             return dict.__getitem__(obj, at)
         if isinstance(obj, list):
             return list.__getitem__(obj, at)
+        if isinstance(obj, tuple):  # passed through, never written: a place is in a dict
+            return tuple.__getitem__(obj, at)
     except (KeyError, IndexError, TypeError):
         pass
     raise Unplaced(f"a {type(obj).__name__} holds no item {at!r}")
