@@ -223,3 +223,31 @@ def test_a_process_that_only_hit_has_the_registries_plain_fills(tmp_path, overmi
         assert published >= 1 and plain["counter"] == 1
     else:  # removing an item, or storing what cannot be kept, is no write a hit can make: not cached, silently
         assert published == 0
+
+
+def test_the_compiled_scan_finds_what_its_python_twin_finds():
+    """Over every module imported here (torch and the test libraries): the same containers, by identity, in order."""
+    import sys
+    from types import ModuleType
+
+    from overmind.loading.writes import watched
+    from overmind.native import zerocopy
+
+    compiled = zerocopy.module_scan()
+    if compiled is None:
+        pytest.skip("the compiled extension is not active")
+    kinds: dict = {}
+
+    def classify(kind):
+        return watched._kind_of(kind)
+
+    compared = 0
+    for name, module in list(sys.modules.items()):
+        namespace = getattr(module, "__dict__", None) if isinstance(module, ModuleType) else None
+        if type(namespace) is not dict:
+            continue
+        ours = compiled(namespace, name, kinds, classify)
+        twin = watched._scan(namespace, name, kinds, classify)
+        assert [(k, n, id(v)) for k, n, v in ours] == [(k, n, id(v)) for k, n, v in twin], name
+        compared += len(ours)
+    assert compared > 1000

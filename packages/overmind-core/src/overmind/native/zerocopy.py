@@ -158,6 +158,7 @@ _PYTHON = SimpleNamespace(
     tensor_walk=None,  # overmind.entries.estimate walks in Python
     stack_room=None,  # unknown: deepstack pickles on a helper thread
     dict_marks=None,  # overmind.loading.writes.marks digests in Python
+    module_scan=None,  # overmind.loading.writes.watched scans in Python
 )
 
 
@@ -193,6 +194,7 @@ def _compiled(ext: Any) -> SimpleNamespace:
         stack_room=getattr(ext, "stack_room", None),  # csrc/stack_room.cpp; older builds: None
         # csrc/dict_marks.cpp; older builds: None
         dict_marks=(ext.dict_marks, ext.dict_prefix_digest) if hasattr(ext, "dict_marks") else None,
+        module_scan=getattr(ext, "module_scan", None),  # csrc/module_scan.cpp; older builds: None
     )
 
 
@@ -315,6 +317,12 @@ def dict_marks() -> Any:
     """``(marks, prefix_digest)`` compiled (``csrc/dict_marks.cpp``), or ``None`` when the ``python`` implementation
     is active: ``overmind.loading.writes.marks`` then digests in Python."""
     return _impl.dict_marks
+
+
+def module_scan() -> Any:
+    """The compiled scan of a module's globals for containers (``csrc/module_scan.cpp``), or ``None`` when the
+    ``python`` implementation is active: ``overmind.loading.writes.watched`` then scans in Python."""
+    return _impl.module_scan
 
 
 def script_module_from_storage(storage: torch.UntypedStorage, map_location: Any = None) -> torch.jit.ScriptModule:

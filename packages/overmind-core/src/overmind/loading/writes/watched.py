@@ -23,6 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from ...entries.writes import Place
+from ...native import zerocopy
 
 _SKIPPED_TOP = frozenset(sys.stdlib_module_names) | {"overmind", "__main__", "__mp_main__", "_pytest", "pytest",
                                                       "pluggy", "hypothesis", "coverage", "dill"}
@@ -110,31 +111,39 @@ class Watched:
 
     def _add_module(self, module: str, namespace: dict) -> None:
         self._add_dict(namespace, Place("globals", module))
-        names, values = list(namespace), list(namespace.values())
-        # the kind of each value by its type(), not isinstance (a lazy module's proxy must not be asked its
-        # __class__), looked up in C for the thousands of values a library's modules hold; a new type classified once
-        kinds = list(map(_KINDS.get, map(type, values)))
-        for index in itertools.compress(range(len(kinds)), map(operator.ne, kinds, itertools.repeat("other"))):
-            name, value, kind = names[index], values[index], kinds[index] or _kind_of(type(values[index]))
-            if kind == "other" or not isinstance(name, str) or (name.startswith("__") and kind != "class"):
-                continue  # a module's own dunders (__warningregistry__, __all__, __annotations__) are no registries
-            if kind == "dict":
-                self._add_dict(value, Place("dict", module, name))
-            elif kind in ("set", "list"):
+        scan = zerocopy.module_scan() or _scan
+        for kind, name, value in scan(namespace, module, _KINDS, _kind_of):
+            if kind == "dict" or kind == "class":
+                self._add_dict(value, Place(kind, module, name))
+            elif kind == "set" or kind == "list":
                 self._add_other(value, Place(kind, module, name))
-            elif kind in ("weakkeys", "weakvalues", "weakset"):
+            else:  # a weak container: its data
                 data = value.__dict__.get("data")
                 if kind == "weakset" and type(data) is set:
                     self._add_other(data, Place(kind, module, name))
                 elif kind != "weakset" and type(data) is dict:
                     self._add_dict(data, Place(kind, module, name))
-            elif kind == "class" and value.__dict__.get("__module__") == module:
-                qualname = value.__dict__.get("__qualname__", name)
-                if qualname != name:
-                    continue  # an alias of a class defined elsewhere in the module, or a nested one
-                attributes = _class_dict(value)
-                if attributes is not None:
-                    self._add_dict(attributes, Place("class", module, name))
+
+
+def _scan(namespace: dict, module: str, kinds: dict[type, str], classify: Any) -> list[tuple[str, str, Any]]:
+    """``(kind, name, container)`` of the containers among a module's globals (``csrc/module_scan.cpp`` is its
+    compiled twin): the kind of each value by its type() (a lazy module's proxy must not be asked its
+    ``__class__``), looked up in C over the thousands of values; a class's container is its attributes' dict."""
+    names, values = list(namespace), list(namespace.values())
+    found = list(map(kinds.get, map(type, values)))
+    out = []
+    for index in itertools.compress(range(len(found)), map(operator.ne, found, itertools.repeat("other"))):
+        name, value = names[index], values[index]
+        kind = found[index] or classify(type(value))
+        if kind == "other" or not isinstance(name, str) or (name.startswith("__") and kind != "class"):
+            continue  # a module's own dunders (__warningregistry__, __all__, __annotations__) are no registries
+        if kind != "class":
+            out.append((kind, name, value))
+        elif value.__dict__.get("__module__") == module and getattr(value, "__qualname__", None) == name:
+            attributes = _class_dict(value)  # defined here under this name: not an alias, not a nested class
+            if attributes is not None:
+                out.append((kind, name, attributes))
+    return out
 
 
 _KINDS: dict[type, str] = {}  # a value's type -> what kind of container it is ("other": none watched)

@@ -51,5 +51,7 @@ PYBIND11_MODULE(_C, m) {
         "(version, length, digest) of each dict, 24 bytes each: overmind.loading.writes.marks, in C.");
   m.def("dict_prefix_digest", &overmind::dict_prefix_digest, py::arg("dict"), py::arg("n"),
         "The digest dict_marks gives the first n items of a dict.");
+  m.def("module_scan", &overmind::module_scan, py::arg("namespace"), py::arg("module"), py::arg("kinds"),
+        py::arg("classify"), "The containers among a module's globals: overmind.loading.writes.watched's scan, in C.");
   m.def("arena_live_ranges", &overmind::arena_live_ranges, "Live ranges of all arenas in this process.");
 }

@@ -56,4 +56,9 @@ pybind11::bytes dict_marks(pybind11::list dicts, pybind11::object previous);
 // The digest dict_marks gives a dict holding only the first n items of this one (dict_marks.cpp).
 uint64_t dict_prefix_digest(pybind11::handle dict, Py_ssize_t n);
 
+// [(kind, name, container)] of the containers among a module's globals: kinds maps a type to its kind ("other":
+// none), classify(type) answers for a type not in it; a class's container is its attributes' dict (module_scan.cpp).
+pybind11::list module_scan(pybind11::dict namespace_, pybind11::str module, pybind11::dict kinds,
+                           pybind11::object classify);
+
 }  // namespace overmind
