@@ -11,8 +11,10 @@ change that cannot be replayed: :func:`since` says which container.
 from __future__ import annotations
 
 import operator
+import sys
 import weakref
 from dataclasses import dataclass, field
+from types import FunctionType, ModuleType
 from typing import Any
 
 from ...entries.writes import ABSENT, DELETED
@@ -59,6 +61,7 @@ class Before:
         self.others = list(self.watched.others)
         self.other_places = list(self.watched.other_places)
         self.copies = [set.copy(o) if isinstance(o, set) else list.copy(o) for o in self.others]
+        self.modules = set(sys.modules)
         self.itemwise = _itemwise_copies(self.dicts, self.dict_places, self.marks, self.generation)
         Before._previous = (self.generation, implementation, self.marks)
 
@@ -111,7 +114,28 @@ def _copied_set(generation: int, indexes: list[int]) -> frozenset[int]:
 
 
 def since(before: Before) -> Found:
-    """What changed in the containers ``before`` watched since it was taken."""
+    """What changed in the containers ``before`` watched since it was taken, less what the imports the loader made
+    did (:func:`_by_imports`)."""
+    found = _since(before)
+    if found.unreplayable is None:
+        found.writes = _by_imports(found.writes, set(sys.modules) - before.modules)
+    return found
+
+
+def _by_imports(writes: list[Write], imported: set[str]) -> list[Write]:
+    """``writes`` without those that name a module, or a class or function of a module first imported during the
+    call: what that import did (a class registering itself with torch's pytree as it is made) or a lazy module's
+    cache of its attributes; a hit's rebuild imports the modules its objects need, which does it again, and
+    replaying it would import every module the miss happened to import."""
+    def made_by_import(obj: Any) -> bool:
+        if isinstance(obj, ModuleType):
+            return True
+        return isinstance(obj, (type, FunctionType)) and getattr(obj, "__module__", None) in imported
+
+    return [w for w in writes if not (made_by_import(w.key) or made_by_import(w.value))]
+
+
+def _since(before: Before) -> Found:
     found = Found()
     after = marks.marks(before.dicts, before.marks)
     for index in marks.changed(before.marks, after):
