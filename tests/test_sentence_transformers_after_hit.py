@@ -26,16 +26,9 @@ from pathlib import Path
 import numpy as np
 from sentence_transformers import SentenceTransformer
 
-logs = []
+from _support.behaviour_checks import copies as copies_used_by, kept_logs, outcome
 
-
-class Keep(logging.Handler):
-    def emit(self, record):
-        logs.append([record.name, record.levelname, record.getMessage()])
-
-
-for name in ("sentence_transformers", "transformers"):
-    logging.getLogger(name).addHandler(Keep())
+logs = kept_logs("sentence_transformers", "transformers")
 
 SENTENCES = ["a photo of a red cat", "the quick cat sat on the mat", "Overmind caches loaded models"]
 
@@ -52,25 +45,12 @@ def digest(x):
     return repr(x)
 
 
-def outcome(fn):
-    try:
-        return ["ok", fn()]
-    except Exception as e:  # plain may raise: the hit must raise the same
-        return ["raised", type(e).__name__]
-
-
 def encode(m):
     return digest(m.encode(SENTENCES))
 
 
 def copies(obj):
-    def saved():
-        buf = io.BytesIO()
-        torch.save(obj, buf)
-        buf.seek(0)
-        return encode(torch.load(buf, weights_only=False))
-    return {"pickle": outcome(lambda: encode(pickle.loads(pickle.dumps(obj)))), "torch.save": outcome(saved),
-            "deepcopy": outcome(lambda: encode(copy.deepcopy(obj)))}
+    return copies_used_by(obj, encode)
 
 
 def load_st():

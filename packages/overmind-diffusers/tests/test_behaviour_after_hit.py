@@ -30,16 +30,9 @@ import numpy as np
 from diffusers import (DDPMPipeline, DDPMScheduler, EulerDiscreteScheduler, StableDiffusionPipeline,
                        UNet2DModel)
 
-logs = []
+from _support.behaviour_checks import copies, kept_logs, outcome, saved_pretrained, train_step
 
-
-class Keep(logging.Handler):
-    def emit(self, record):
-        logs.append([record.name, record.levelname, record.getMessage()])
-
-
-for name in ("diffusers", "transformers"):
-    logging.getLogger(name).addHandler(Keep())
+logs = kept_logs("diffusers", "transformers")
 
 
 def shape(x):
@@ -57,44 +50,6 @@ def shape(x):
     if isinstance(x, (tuple, list)):
         return [type(x).__name__, [shape(v) for v in x]]
     return type(x).__name__
-
-
-def outcome(fn):
-    try:
-        return ["ok", fn()]
-    except Exception as e:  # plain may raise: the hit must raise the same
-        return ["raised", type(e).__name__]
-
-
-def copies(obj, use):
-    """pickle, torch.save and deepcopy of obj, each used by ``use`` (a forward, a pipeline call)."""
-    def saved():
-        buf = io.BytesIO()
-        torch.save(obj, buf)
-        buf.seek(0)
-        return use(torch.load(buf, weights_only=False))
-    return {"pickle": outcome(lambda: use(pickle.loads(pickle.dumps(obj)))), "torch.save": outcome(saved),
-            "deepcopy": outcome(lambda: use(copy.deepcopy(obj)))}
-
-
-def saved_pretrained(obj):
-    with tempfile.TemporaryDirectory() as folder:
-        obj.save_pretrained(folder)
-        return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-                for p in sorted(Path(folder).rglob("*")) if p.is_file()}
-
-
-def train_step(m, loss_of):
-    torch.manual_seed(0)
-    m.train()
-    opt = torch.optim.SGD(m.parameters(), lr=0.1)
-    opt.zero_grad()
-    loss = loss_of(m)
-    loss.backward()
-    grads = {n: None if p.grad is None else tm.tensor_digest(p.grad) for n, p in sorted(m.named_parameters())}
-    opt.step()
-    m.eval()
-    return {"loss": tm.tensor_digest(loss.detach()), "grads": grads, "weights": tm.state_digest(m)}
 
 
 def gen():

@@ -28,15 +28,9 @@ import copy, io, logging, pickle, tempfile
 from pathlib import Path
 from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
-logs = []
+from _support.behaviour_checks import copies, kept_logs, outcome, saved_pretrained, train_step
 
-
-class Keep(logging.Handler):
-    def emit(self, record):
-        logs.append([record.name, record.levelname, record.getMessage()])
-
-
-logging.getLogger("transformers").addHandler(Keep())
+logs = kept_logs("transformers")
 
 
 def shape(x):
@@ -53,47 +47,6 @@ def shape(x):
         return [type(x).__name__, x.get_seq_length(),
                 [[shape(getattr(l, "keys", None)), shape(getattr(l, "values", None))] for l in x.layers]]
     return type(x).__name__
-
-
-def outcome(fn):
-    try:
-        return ["ok", fn()]
-    except Exception as e:  # plain may raise: the hit must raise the same
-        return ["raised", type(e).__name__]
-
-
-def files_digest(folder):
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(Path(folder).iterdir()) if p.is_file()}
-
-
-def copies(obj, use):
-    """pickle, torch.save and deepcopy of obj, each used by ``use`` (a forward, an encoding)."""
-    def saved():
-        buf = io.BytesIO()
-        torch.save(obj, buf)
-        buf.seek(0)
-        return use(torch.load(buf, weights_only=False))
-    return {"pickle": outcome(lambda: use(pickle.loads(pickle.dumps(obj)))), "torch.save": outcome(saved),
-            "deepcopy": outcome(lambda: use(copy.deepcopy(obj)))}
-
-
-def saved_pretrained(obj):
-    with tempfile.TemporaryDirectory() as folder:
-        obj.save_pretrained(folder)
-        return files_digest(folder)
-
-
-def train_step(m, loss_of):
-    torch.manual_seed(0)  # dropout draws
-    m.train()
-    opt = torch.optim.SGD(m.parameters(), lr=0.1)
-    opt.zero_grad()
-    loss = loss_of(m)
-    loss.backward()
-    grads = {n: None if p.grad is None else tm.tensor_digest(p.grad) for n, p in sorted(m.named_parameters())}
-    opt.step()
-    m.eval()
-    return {"loss": tm.tensor_digest(loss.detach()), "grads": grads, "weights": tm.state_digest(m)}
 
 
 def flags(m, inputs):
