@@ -472,7 +472,9 @@ def library_tests_block(cur: dict[str, Result]) -> str:
         wall = " / ".join(f"{(runs.get(m) or {}).get('wall_s', 0):.0f}" for m in ("plain", "cold", "warm"))
         lines.append(f"| {d.get('library')} {d.get('installed')} | {n} | {counts['passed']} / {counts['failed']} / "
                      f"{counts['skipped']} / {counts['error']} | {differ['cold']} / {differ['warm']} | {wall} | "
-                     f"{d.get('tests_version')} | `{cur[scenario].file}` |")
+                     f"{d.get('tests_version')} | `{cur[scenario].file}`"
+                     + (" (each file in processes of its own, `--per-file`)" if d.get("mode") == "per-file" else "")
+                     + " |")
     return "\n".join(lines)
 
 

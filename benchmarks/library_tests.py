@@ -4,7 +4,8 @@
     python benchmarks/library_tests.py diffusers --tests ~/src/diffusers          # a checkout (its tests/)
     python benchmarks/library_tests.py transformers --tests ~/src/transformers    # a checkout at tag v5.24.0
     python benchmarks/library_tests.py diffusers --sdist                          # the released sdist's tests/
-    ... [-k EXPR] [--select PATH ...] [-n 2] [-- extra pytest arguments]
+    python benchmarks/library_tests.py transformers --tests ~/src/transformers --per-file
+    ... [-k EXPR] [--select PATH ...] [-n 2] [--per-file] [-- extra pytest arguments]
 
 Overmind patches the libraries' ``from_pretrained``; the libraries' test suites are the widest description of
 what those loaders must do (save and reload, dtypes, offload, configs, variants, ...). The selection runs three
@@ -14,9 +15,20 @@ script writes to a temporary folder, which calls ``overmind.activate()`` at ``py
 records each test's outcome in every run. The runs set ``HF_HUB_OFFLINE=1``: tests that need the Hub fail alike
 in all three, and what counts is that each test ends the same way with Overmind as without.
 
+``--per-file``: the hit way, file by file. Each selected test file runs plain, then in two fresh pytest processes
+against one fresh private server of its own (cold, then warm), so the warm process starts with nothing built in it
+and takes from the server what the cold one published, as a user's second process does. The tests also construct
+models directly, which fills the libraries' process registries in either run; a file run alone keeps what the
+other files construct out of its processes, where one process over the whole selection mixes them. The report
+gives each file's three runs and their sums. A path is keyed by its file identity (inode, size, mtime, ctime), so
+a checkpoint a test writes into a new temporary folder is a new key in every run: the warm run's loads of such
+folders publish again, and what the warm run takes from the cold one shows in its hits on the entries the cold
+run left (the column "warm hits on cold's entries"; the JSON names those entries' loaders and calls).
+
 Printed and written to ``benchmarks/results/library-tests-<library>-<UTC time>.{md,json}``: per run the counts
 of outcomes, the tests whose outcome differs from plain (listed by node id, with each run's error), the server's
-gets and hits in the cold and the warm run, and the wall time. The JSON holds every test's outcome in each run.
+gets, hits and publishes in the cold and the warm run, the warm run's hits on entries the cold run published, and
+the wall time (with ``--per-file`` per file and in total). The JSON holds every test's outcome in each run.
 Exit status 1 when an outcome differs from plain, 2 when the tests cannot be found or run.
 
 Where the test files come from. The model and pipeline tests live only in the libraries' repositories: the
@@ -318,15 +330,16 @@ def _environment(plugins: Path, deps: Path, runtime_dir: str | None) -> dict[str
     return env
 
 
-def run_pytest(name: str, stage: Path, pytest_args: list[str], env: dict[str, str], logs: Path) -> dict:
-    """One run of the selection: its outcomes, wall time and log."""
-    out = logs / f"{name}.json"
-    log = logs / f"{name}.log"
+def run_pytest(name: str, stage: Path, pytest_args: list[str], env: dict[str, str], logs: Path,
+               label: str = "") -> dict:
+    """One run of the selection (``label``: of one file of it): its outcomes, wall time and log."""
+    out = logs / f"{label}{name}.json"
+    log = logs / f"{label}{name}.log"
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "overmind_libtests_record"]
     if name != "plain":
         cmd += ["-p", "overmind_libtests_activate"]
     cmd += ["--continue-on-collection-errors", "-q", "-rfE", *pytest_args]
-    print(f"{name}: {shlex.join(cmd[1:])}", flush=True)
+    print(f"{label}{name}: {shlex.join(cmd[1:])}", flush=True)
     start = time.monotonic()
     with open(log, "w") as f:
         done = subprocess.run(cmd, cwd=stage, env={**env, "OVERMIND_LIBTESTS_OUT": str(out)},
@@ -336,40 +349,130 @@ def run_pytest(name: str, stage: Path, pytest_args: list[str], env: dict[str, st
         tail = log.read_text()[-3000:]
         raise Unavailable(f"{name}: pytest exited with {done.returncode} and recorded nothing; {log} ends:\n{tail}")
     recorded = json.loads(out.read_text())
-    print(f"{name}: {len(recorded['tests'])} tests in {wall:.0f} s, exit status {done.returncode} (log: {log})",
-          flush=True)
+    print(f"{label}{name}: {len(recorded['tests'])} tests in {wall:.0f} s, exit status {done.returncode} "
+          f"(log: {log})", flush=True)
     return {"wall_s": round(wall, 1), "returncode": done.returncode, "log": str(log), **recorded}
 
 
-def server_counters(runtime_dir: str) -> dict:
+def server_counters(runtime_dir: str, before: dict | None = None) -> dict:
+    """The server's counters (since it started) and each entry's hits. ``before``: what this function said after
+    an earlier run against the same server; then also the hits of this run on the entries that run left
+    (``hits_on_earlier_entries``), by loader and by entry (its loader and the call's arguments, shortened)."""
     import overmind
 
     info = overmind.cache_info(runtime_dir)
     if not info.running:
         return {"running": False}
     counters = {k: info.status.get(k, 0) for k in ("gets", "hits", "publishes", "evictions")}
-    return {"running": True, **counters, "entries": len(info.entries), "bytes": info.size_on_server}
+    server = {"running": True, **counters, "entries": len(info.entries), "bytes": info.size_on_server,
+              "entry_hits": {e.entry_id: e.hits for e in info.entries}}
+    if before is not None and before.get("running"):
+        earlier = before["entry_hits"]
+        loaders: dict[str, int] = {}
+        hit: dict[str, int] = {}
+        for e in info.entries:
+            if e.hits > earlier.get(e.entry_id, e.hits):
+                loaders[e.short_loader] = loaders.get(e.short_loader, 0) + e.hits - earlier[e.entry_id]
+                call = f"{e.short_loader} {e.summary}"[:300]
+                hit[call] = hit.get(call, 0) + e.hits - earlier[e.entry_id]
+        server["hits_on_earlier_entries"] = sum(loaders.values())
+        server["earlier_entries_hit_by_loader"] = dict(sorted(loaders.items(), key=lambda kv: -kv[1]))
+        server["earlier_entries_hit"] = hit
+    return server
 
 
-def run_all(stage: Path, pytest_args: list[str], deps: Path, work: Path) -> dict[str, dict]:
-    """Plain, then cold and warm against one fresh private server (stopped and removed at the end)."""
-    from overmind.testing import stop_servers
-
+def _write_plugins(work: Path) -> Path:
     plugins = work / "plugins"
     plugins.mkdir(exist_ok=True)
     (plugins / "overmind_libtests_record.py").write_text(RECORD_PLUGIN.lstrip())
     (plugins / "overmind_libtests_activate.py").write_text(ACTIVATE_PLUGIN.lstrip())
-    logs = Path(tempfile.mkdtemp(prefix="logs-", dir=work))
-    runs = {"plain": run_pytest("plain", stage, pytest_args, _environment(plugins, deps, None), logs)}
+    return plugins
+
+
+def _cold_and_warm(stage: Path, pytest_args: list[str], plugins: Path, deps: Path, logs: Path,
+                   label: str = "") -> dict[str, dict]:
+    """The cold and the warm run against one fresh private server (stopped and removed at the end)."""
+    from overmind.testing import stop_servers
+
+    runs: dict[str, dict] = {}
     runtime_dir = tempfile.mkdtemp(prefix="om-", dir="/tmp")  # short: Unix socket paths are limited to 108 bytes
     try:
         env = _environment(plugins, deps, runtime_dir)
         for name in ("cold", "warm"):
-            runs[name] = run_pytest(name, stage, pytest_args, env, logs)
-            runs[name]["server"] = server_counters(runtime_dir)
+            runs[name] = run_pytest(name, stage, pytest_args, env, logs, label)
+            runs[name]["server"] = server_counters(runtime_dir, runs["cold"].get("server"))
     finally:
         stop_servers(runtime_dir)
         shutil.rmtree(runtime_dir, ignore_errors=True)
+    for run in runs.values():
+        run["server"].pop("entry_hits", None)
+    return runs
+
+
+def run_all(stage: Path, pytest_args: list[str], deps: Path, work: Path) -> dict[str, dict]:
+    """Plain, then cold and warm against one fresh private server, each one pytest process over the selection."""
+    plugins = _write_plugins(work)
+    logs = Path(tempfile.mkdtemp(prefix="logs-", dir=work))
+    runs = {"plain": run_pytest("plain", stage, pytest_args, _environment(plugins, deps, None), logs)}
+    runs.update(_cold_and_warm(stage, pytest_args, plugins, deps, logs))
+    return runs
+
+
+def by_file(selection: list[str]) -> dict[str, list[str]]:
+    """The selection's items (files or node ids) grouped by test file, in the selection's order."""
+    files: dict[str, list[str]] = {}
+    for item in selection:
+        files.setdefault(item.split("::")[0], []).append(item)
+    return files
+
+
+def run_per_file(stage: Path, selection: list[str], more_args: list[str], deps: Path,
+                 work: Path) -> dict[str, dict[str, dict]]:
+    """Each test file: plain, then cold and warm against a fresh private server of its own; each run a fresh
+    pytest process over that file alone."""
+    plugins = _write_plugins(work)
+    logs = Path(tempfile.mkdtemp(prefix="logs-", dir=work))
+    per_file = {}
+    for path, items in by_file(selection).items():
+        label = re.sub(r"\W+", "_", Path(path).stem) + "."
+        pytest_args = [*items, *more_args]
+        runs = {"plain": run_pytest("plain", stage, pytest_args, _environment(plugins, deps, None), logs, label)}
+        runs.update(_cold_and_warm(stage, pytest_args, plugins, deps, logs, label))
+        per_file[path] = runs
+    return per_file
+
+
+def _summed_server(servers: list[dict]) -> dict:
+    """The servers of several files as one: counters, entries and hits on earlier entries added up."""
+    if not all(s.get("running") for s in servers):
+        return {"running": False}
+    total: dict = {"running": True}
+    for key in (*SERVER_COUNTERS, "evictions", "entries", "bytes", "hits_on_earlier_entries"):
+        if any(key in s for s in servers):
+            total[key] = sum(s.get(key, 0) for s in servers)
+    for key in ("earlier_entries_hit_by_loader", "earlier_entries_hit"):
+        if any(key in s for s in servers):
+            added: dict[str, int] = {}
+            for s in servers:
+                for name, n in s.get(key, {}).items():
+                    added[name] = added.get(name, 0) + n
+            total[key] = dict(sorted(added.items(), key=lambda kv: -kv[1]))
+    return total
+
+
+def combine(per_file: dict[str, dict[str, dict]]) -> dict[str, dict]:
+    """The runs of every file as one run each (plain, cold, warm): tests together, wall times and server
+    counters added up (each file's server counts from zero, so the warm run's share is still warm minus cold)."""
+    runs = {}
+    for name in RUNS:
+        parts = [file_runs[name] for file_runs in per_file.values()]
+        run = {"wall_s": round(sum(p["wall_s"] for p in parts), 1),
+               "returncode": max((p["returncode"] for p in parts), key=abs, default=0),
+               "active_adapters": next((p["active_adapters"] for p in parts if p.get("active_adapters")), None),
+               "tests": {i: t for p in parts for i, t in p["tests"].items()}}
+        if name != "plain":
+            run["server"] = _summed_server([p["server"] for p in parts])
+        runs[name] = run
     return runs
 
 
@@ -406,41 +509,63 @@ def _counts(run: dict) -> dict[str, int]:
 
 def _server_cells(runs: dict[str, dict], name: str) -> list[str]:
     """The server's gets, hits and publishes during run ``name`` (its counters grow across the cold and the warm
-    run)."""
+    run), and the warm run's hits on the entries the cold run left."""
     server = runs[name].get("server")
     if not server:
-        return ["-"] * len(SERVER_COUNTERS)
+        return ["-"] * (len(SERVER_COUNTERS) + 1)
     if not server["running"]:
-        return ["no server"] * len(SERVER_COUNTERS)
+        return ["no server"] * (len(SERVER_COUNTERS) + 1)
     before = runs["cold"]["server"] if name == "warm" and runs["cold"]["server"].get("running") else {}
-    return [str(server[k] - before.get(k, 0)) for k in SERVER_COUNTERS]
+    return [*(str(server[k] - before.get(k, 0)) for k in SERVER_COUNTERS),
+            str(server["hits_on_earlier_entries"]) if "hits_on_earlier_entries" in server else "-"]
 
 
 def _warned(run: dict) -> int:
     return sum(1 for test in run["tests"].values() if test.get("overmind_warnings"))
 
 
-def render(library: str, meta: dict, runs: dict[str, dict]) -> str:
+def _table(first: str, groups: dict[str, dict[str, dict]]) -> list[str]:
+    """The outcome table: three rows (plain, cold, warm) for each group of runs (the library's, or each file's)."""
+    lines = [f"| {first} | run | tests | passed | failed | skipped | errors | differ from plain | server gets | "
+             "server hits | server publishes | warm hits on cold's entries | tests with Overmind warnings | wall s |",
+             "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for group, runs in groups.items():
+        table = outcomes(runs)
+        for name, run in runs.items():
+            counts = _counts(run)
+            diff = "-" if name == "plain" else str(len(differing(table, name)))
+            extra = sum(v for k, v in counts.items() if k not in COUNTED)  # "unknown": a test cut short
+            tests = f"{len(run['tests'])}" + (f" ({extra} unknown)" if extra else "")
+            cells = [group, "plain" if name == "plain" else f"overmind {name}", tests,
+                     *(str(counts[k]) for k in COUNTED), diff, *_server_cells(runs, name),
+                     "-" if name == "plain" else str(_warned(run)), f"{run['wall_s']:.0f}"]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def render(library: str, meta: dict, runs: dict[str, dict],
+           per_file: dict[str, dict[str, dict]] | None = None) -> str:
+    """The report; ``per_file`` (``--per-file``): each file's runs, of which ``runs`` are the sums."""
     table = outcomes(runs)
     lines = [f"# {library} {meta['installed']}: its own tests, plain and with Overmind", ""]
     lines += [f"- {line}" for line in meta["header"]]
-    lines += ["", "| library | run | tests | passed | failed | skipped | errors | differ from plain | server gets | "
-              "server hits | server publishes | tests with Overmind warnings | wall s |",
-              "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
-    for name, run in runs.items():
-        counts = _counts(run)
-        diff = "-" if name == "plain" else str(len(differing(table, name)))
-        extra = sum(v for k, v in counts.items() if k not in COUNTED)  # "unknown": a test cut short
-        tests = f"{len(run['tests'])}" + (f" ({extra} unknown)" if extra else "")
-        cells = [library, "plain" if name == "plain" else f"overmind {name}", tests,
-                 *(str(counts[k]) for k in COUNTED), diff, *_server_cells(runs, name),
-                 "-" if name == "plain" else str(_warned(run)), f"{run['wall_s']:.0f}"]
-        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", *_table("library", {library: runs})]
+    entries = runs["warm"].get("server", {}).get("entries", "?")
+    if per_file is None:
+        server = ("the server is fresh before the cold run and kept for the warm one; entries cached after the warm "
+                  f"run: {entries}")
+    else:
+        lines += ["", "## Per file", "", *_table("file", {f"`{path}`": file_runs for path, file_runs in
+                                                         per_file.items()})]
+        server = ("each file has a fresh server of its own, kept from its cold run to its warm one; the library's "
+                  f"rows add the files' up; entries cached after the warm runs: {entries}")
+    loaders = runs["warm"].get("server", {}).get("earlier_entries_hit_by_loader") or {}
     lines += ["", "Skipped counts xfailed tests, passed counts xpassed ones (the JSON tells them apart). Server gets, "
-              "hits and publishes: those of that run (the server is fresh before the cold run and kept for the warm "
-              f"one); entries cached after the warm run: {runs['warm'].get('server', {}).get('entries', '?')}. "
-              "Overmind warnings: its fallbacks to the plain load (the JSON has their text). Error texts are compared "
-              "with temporary paths and object addresses left out."]
+              f"hits and publishes: those of that run ({server}). Warm hits on cold's entries: the warm run's hits "
+              "on the entries the cold run left, the loads a second process takes from the first one"
+              + (" (" + ", ".join(f"{loader} {n}" for loader, n in loaders.items()) + ")" if loaders else "")
+              + ". Overmind warnings: its fallbacks to the plain load (the JSON has their text). Error texts are "
+              "compared with temporary paths and object addresses left out."]
     lines += _differences(runs, table)
     return "\n".join(lines) + "\n"
 
@@ -469,7 +594,7 @@ def _listed(runs: dict[str, dict], table: dict[str, dict[str, str]], ids: list[s
 
 
 def header(library: str, source: str, tests_version: str, selection: list[str], pytest_args: list[str],
-           runs: dict[str, dict]) -> list[str]:
+           runs: dict[str, dict], per_file: bool = False) -> list[str]:
     installed = _installed(library)
     lines = [f"tests from {source}, version {tests_version}"]
     if tests_version.lstrip("v").split(" ")[0] != installed:
@@ -477,10 +602,12 @@ def header(library: str, source: str, tests_version: str, selection: list[str], 
         lines.append(f"**version mismatch**: tests {known} run against the installed {library} "
                      f"{installed}; tests failing in plain are expected, only a change of outcome with Overmind "
                      "counts")
+    servers = ("per test file (`--per-file`): the file plain, then cold and warm, each a fresh pytest process over "
+               "that file alone, against one fresh private server of the file's own" if per_file else
+               "one pytest process over the selection a run; one fresh private server, cold run first, warm run second")
     lines += [f"selection: {' '.join(f'`{p}`' for p in selection)}; more pytest arguments: `{shlex.join(pytest_args)}`",
               f"Overmind runs: a pytest plugin calls `overmind.activate()` at `pytest_configure` (active adapters: "
-              f"{', '.join(runs['cold'].get('active_adapters') or ['none'])}); one fresh private server, cold run "
-              "first, warm run second",
+              f"{', '.join(runs['cold'].get('active_adapters') or ['none'])}); {servers}",
               "environment: " + ", ".join(f"`{k}={v}`" for k, v in RUN_ENV.items()),
               f"python {platform.python_version()}, "
               + ", ".join(f"{d} {_installed(d)}" for d in ("torch", "transformers", "diffusers", "accelerate"))
@@ -515,6 +642,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("-k", dest="keywords", default=KEYWORDS, help=f"pytest -k expression ('' for none; default: "
                    f"{KEYWORDS!r})")
     p.add_argument("-n", dest="workers", help="pytest-xdist workers (default: none, one process)")
+    p.add_argument("--per-file", action="store_true", help="each test file in processes of its own: plain, then cold "
+                   "and warm against a fresh server of its own (see above)")
     p.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "overmind-library-tests"),
                    help="folder for the staged tests, downloads, test requirements and logs (default: %(default)s)")
     p.add_argument("pytest_args", nargs="*", help="more pytest arguments, after --")
@@ -530,27 +659,36 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     selection = args.select or SELECTIONS[library]
-    pytest_args = [*selection, *(["-k", args.keywords] if args.keywords else []),
-                   *(["-n", args.workers] if args.workers else []), *args.pytest_args]
+    more_args = [*(["-k", args.keywords] if args.keywords else []), *(["-n", args.workers] if args.workers else []),
+                 *args.pytest_args]
+    pytest_args = [*selection, *more_args]
+    per_file = None
     try:
         stage, source = stage_tests(args, library, work)
         check_selection(stage, library, selection, source)
         deps = install_test_deps(library, work)
         tests_version = _tests_version(args, library)
-        runs = run_all(stage, pytest_args, deps, work)
+        if args.per_file:
+            per_file = run_per_file(stage, selection, more_args, deps, work)
+            runs = combine(per_file)
+        else:
+            runs = run_all(stage, pytest_args, deps, work)
     except Unavailable as e:
         print(e, file=sys.stderr)
         return 2
     meta = {"installed": _installed(library),
-            "header": header(library, source, tests_version, selection, pytest_args[len(selection):], runs)}
-    markdown = render(library, meta, runs)
+            "header": header(library, source, tests_version, selection, more_args, runs, per_file is not None)}
+    markdown = render(library, meta, runs, per_file)
     table = outcomes(runs)
     diffs = sorted(set(differing(table, "cold")) | set(differing(table, "warm")))
     texts = sorted(set(other_errors(runs, table, "cold")) | set(other_errors(runs, table, "warm")))
     record = {"library": library, "installed": meta["installed"], "tests_source": source,
               "tests_version": tests_version, "selection": selection, "pytest_args": pytest_args,
               "env": RUN_ENV, "header": meta["header"], "differing": diffs, "other_error_text": texts,
-              "outcomes": table, "runs": runs}
+              "outcomes": table, "runs": runs, "mode": "per-file" if per_file else "selection"}
+    if per_file:  # each file's runs without their tests (``runs`` holds every test)
+        record["files"] = {path: {name: {k: v for k, v in run.items() if k != "tests"}
+                                  for name, run in file_runs.items()} for path, file_runs in per_file.items()}
     print("\n" + markdown)
     for path in write_results(library, markdown, record):
         print(f"wrote {path.relative_to(HERE.parent)}")
