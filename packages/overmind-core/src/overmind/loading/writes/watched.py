@@ -31,6 +31,15 @@ _SKIPPED_TOP = frozenset(sys.stdlib_module_names) | {"overmind", "__main__", "__
 # load may import one of their submodules first (overmind_transformers.tokenizer_reduce, as a tokenizer is stored),
 # which binds it in the package's globals: not a write of the loader, and a module cannot be pickled by value.
 _SKIPPED_PREFIX = "overmind_"
+# torch's own modules: what a load writes there is torch's lazy machinery, made again by the same first use or import
+# in a process that only hit: dynamo's wrappers of the optimizers as it is imported, the operator registries (mirrored
+# in the C++ dispatcher, which no write of a Python object restores), TorchScript's tables keyed by this process's
+# object ids, pytree registrations of output classes as they are made. (torch's process state that decides a result,
+# default dtype and device, modes, is the key's: keys/torch_state.py.)
+_TORCH = "torch"
+# Libraries whose module state is only caches of what they compute (the ``regex`` package's compiled patterns, evicted
+# when full): nothing a hit needs, and an eviction would read as a registry losing an item.
+_CACHES_ONLY = frozenset({"regex"})
 
 
 class Watched:
@@ -64,7 +73,8 @@ class Watched:
         changed = False
         for name, module in list(sys.modules.items()):
             top = name.partition(".")[0]
-            if top in _SKIPPED_TOP or top.startswith(_SKIPPED_PREFIX) or not isinstance(module, ModuleType):
+            if (top in _SKIPPED_TOP or top == _TORCH or top in _CACHES_ONLY or top.startswith(_SKIPPED_PREFIX)
+                    or not isinstance(module, ModuleType)):
                 continue
             try:
                 namespace = object.__getattribute__(module, "__dict__")
@@ -190,8 +200,6 @@ def _class_dict(cls: type) -> dict | None:
 # that only hit makes them as plain's does, when it needs them; they are not writes to replay:
 # - copyreg's cache of a class's slot names (any class);
 # - tqdm's lock and monitor thread, made with the first progress bar (any class of tqdm);
-# - transformers' ``smart_apply``, a function it defines inside ``PreTrainedModel.initialize_weights`` and sets on
-#   ``torch.nn.Module`` when ``hasattr`` finds none (a local function: nothing could name it in another process);
 # - transformers' tables built on first use (``if CACHE is None: CACHE = build()``): the checkpoint conversion
 #   mapping and the Hub kernels' mapping (hundreds of KB each, that every entry would carry).
 _IGNORED_EVERYWHERE = frozenset({"__slotnames__"})
@@ -200,7 +208,6 @@ _IGNORED_EVERYWHERE = frozenset({"__slotnames__"})
 _IGNORED_GLOBALS = frozenset({"__warningregistry__"})
 _IGNORED_BY_LIBRARY = {"tqdm": frozenset({"_lock", "monitor", "_instances", "mp_lock", "th_lock"})}
 _IGNORED_BY_PLACE = {
-    ("class", "torch.nn.modules.module", "Module"): frozenset({"smart_apply"}),
     ("globals", "transformers.conversion_mapping", ""): frozenset({"_checkpoint_conversion_mapping_cache"}),
     ("globals", "transformers.integrations.hub_kernels", ""): frozenset({"_KERNEL_MAPPING_CACHE"}),
 }
