@@ -175,12 +175,13 @@ def _add_itemwise(found: Found, place: watched.Place, then: dict, now: dict, wat
     if place.kind == "globals":
         watching.stale(place.module)
     ignored = watched.ignored(place)
-    if place.kind == "class":  # Overmind's own patches of a library's loaders are not the loader's writes
-        from ...adapters import patching
+    # Overmind's own patches of a library's loaders and functions (an adapter patches some as their modules are
+    # imported) are not the loader's writes
+    from ...adapters import patching
 
-        cls = place.find()
-        ignored = ignored | {key for key in now.keys() ^ then.keys() | _rebound(then, now)
-                             if patching.is_patched(cls, key)}
+    owner = place.find()
+    ignored = ignored | {key for key in now.keys() ^ then.keys() | _rebound(then, now)
+                         if isinstance(key, str) and patching.is_patched(owner, key)}
     for key, value in list(now.items()):
         if key not in ignored and (key not in then or then[key] is not value):
             found.writes.append(Write(place, key, value, then.get(key, ABSENT)))
