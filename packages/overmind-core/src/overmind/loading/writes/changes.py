@@ -123,15 +123,26 @@ def since(before: Before) -> Found:
 
 
 def _by_imports(writes: list[Write], imported: set[str]) -> list[Write]:
-    """``writes`` without those that name a module, or a class or function of a module first imported during the
-    call: what that import did (a class registering itself with torch's pytree as it is made) or a lazy module's
-    cache of its attributes; a hit's rebuild imports the modules its objects need, which does it again, and
-    replaying it would import every module the miss happened to import."""
+    """``writes`` without those that name a module, or a class, function or other callable of a module first
+    imported during the call: what that import did (a class registering itself with torch's pytree as it is made,
+    numpy's dispatchers registering themselves as numpy.fft is imported) or a lazy module's cache of its attributes;
+    a hit's rebuild imports the modules its objects need, which does it again, and replaying it would import every
+    module the miss happened to import."""
+    files = {getattr(sys.modules.get(name), "__file__", None) for name in imported} - {None}
+
     def made_by_import(obj: Any) -> bool:
         if isinstance(obj, ModuleType):
             return True
-        return isinstance(obj, (type, FunctionType)) and getattr(obj, "__module__", None) in imported
+        if not callable(obj) or isinstance(obj, (str, bytes)):
+            return False
+        # a class, function or dispatcher by the module it names, or a function whose module names another (numpy's
+        # public ones) by its file
+        module = getattr(obj, "__module__", None)
+        return (isinstance(module, str) and module in imported) or (
+            isinstance(obj, FunctionType) and obj.__code__.co_filename in files)
 
+    if not imported:
+        return writes
     return [w for w in writes if not (made_by_import(w.key) or made_by_import(w.value))]
 
 
