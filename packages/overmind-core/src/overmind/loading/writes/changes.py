@@ -173,7 +173,7 @@ def _since(before: Before) -> Found:
                     return found
                 for item in now - kept:
                     _add_set_write(found, other, item)
-        elif len(now) != len(kept) or not all(map(operator.is_, now, kept)):
+        else:  # a list: its items as they were (zip stops at the shorter), then any it gained
             if len(now) < len(kept) or not all(map(operator.is_, now, kept)):
                 found.unreplayable = f"it removed or replaced an item of {other.describe()}"
                 return found
