@@ -26,6 +26,15 @@ if TYPE_CHECKING:
     P = ParamSpec("P")
     R = TypeVar("R")
 
+def _watch_seeding() -> None:
+    # From here on, torch's import is seen and whether the program seeds its generator (loading/draws/seeding.py)
+    from .loading.draws import seeding
+
+    seeding.watch()
+
+
+_watch_seeding()
+
 __all__ = ["load", "activate", "deactivate", "cache_info", "evict", "hookimpl", "__version__"]
 
 

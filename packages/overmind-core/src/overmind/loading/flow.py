@@ -13,12 +13,13 @@ by the loader itself propagate unchanged. Turning a result into an entry and bac
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from .. import fallback
 from .._util import gc_pause, heap_trim, interrupts
@@ -232,7 +233,8 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
             modules_before, call_start_ns = code_deps.modules_now(), time.time_ns()
             state_before = writes_recording.start()
             with loader_warnings.recording(call_frame) as warned, \
-                    loader_logs.recording(lambda: len(warned.records)) as logged:
+                    loader_logs.recording(lambda: len(warned.records)) as logged, \
+                    _following_draws(generators) as draws:
                 result = fn(*args, **kwargs)
             wrote = writes_recording.finish(state_before)
         finally:
@@ -252,6 +254,12 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
             log.info("not caching %s: %s, which a hit cannot do in its place", loader.name, wrote.unreplayable)
             return result
         drew = randomness.movement(generators)
+        if drew.unseeded:
+            kept = draws.verdict(result)
+            if kept is not None:  # each unseeded process draws its own, as plain does
+                _release(client, ck.key)
+                _say_kept_once(loader.name, kept)
+                return result
         code, code_refusal = code_deps.dependencies(fn, modules_before, call_start_ns)
         names = drew.names + code
         unvaried = code_refusal or _unvaried(drew, names, vary)
@@ -260,7 +268,8 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
             log.debug("not caching %s: %s", loader.name, unvaried)
             return result
         target = ck
-        after = {randomness.AFTER: randomness.encode_after(drew.names)} if drew.names else None
+        restored = [n for n in drew.names if n not in drew.unseeded]  # an unseeded generator is left as it is
+        after = {randomness.AFTER: randomness.encode_after(restored)} if restored else None
         if names and vary is None:
             variant_key = vary_mod.variant_key(ck.key, names, generators)
             if variant_key is None:
@@ -299,6 +308,40 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
     if not stack:
         heap_trim.trim()  # the plain result's freed heap (~0.4 GiB for a pipeline converted to fp16) back to the system
     return rebuilt
+
+
+class _NoDraws:
+    """Stands for a tracker where none follows the call: its draws are never judged."""
+
+    def verdict(self, result: Any = None) -> str:
+        return "its draws were not followed (torch was not imported before the call)"
+
+
+@contextlib.contextmanager
+def _following_draws(generators: dict) -> Iterator[Any]:
+    """Follow the loader's draws (``draws/tracker.py``) where the program has not seeded torch's generator: only
+    there can a result that keeps no drawn value be served to other processes without their states."""
+    if not randomness.unseeded_in(generators):
+        yield _NoDraws()
+        return
+    from .draws import tracker
+
+    follower = tracker.following()
+    try:
+        yield follower
+    finally:
+        tracker.stop(follower)
+
+
+_said_kept: set[str] = set()
+
+
+def _say_kept_once(name: str, why: str) -> None:
+    """One INFO line per process (DEBUG after it) for a loader whose result keeps drawn values."""
+    level = logging.DEBUG if _said_kept else logging.INFO
+    _said_kept.add(name)
+    log.log(level, "not caching %s: %s, and the program has not seeded torch's generator, so each process draws "
+            "its own as plain does (seed it, torch.manual_seed, to have it cached per seed)", name, why)
 
 
 class BudgetRefused(OvermindError):

@@ -14,8 +14,13 @@ in every run, so these loaders hit from the next process on, draws made between 
 
 torch seeds its default generator from the OS at start-up (``torch.initial_seed()`` is then a 64-bit number no
 script chooses): a call that draws from it before any seed was set starts from a state no other process has, and a
-variant made from it would never be served. Such a call is not published (:attr:`Movement.unrepeatable`, logged);
-the loader runs as plain. A seed of 2**32 or more is taken for the OS's.
+variant made from it would never be served. Where the program has not seeded torch's generator since torch was
+imported (:mod:`.draws.seeding`), that state is random, and so is where the plain call leaves it: a result that
+keeps no drawn value (:mod:`.draws.tracker` follows the draws during the miss) is the same in every such process,
+and its variant is the one of the state :data:`UNSEEDED`, which every unseeded process computes; a hit leaves the
+generator as it is (:attr:`Movement.unseeded`). A result that keeps drawn values, or a call whose draws could not be
+followed, is not published (:attr:`Movement.unrepeatable`, logged); the loader runs as plain. Otherwise a seed of
+2**32 or more is taken for the OS's, and such a call is not published either.
 
 The generators looked at are those a loader reaches without being given one: torch's default CPU generator,
 each initialised CUDA device's default generator (CUDA is never initialised here), Python's ``random`` module
@@ -42,9 +47,14 @@ import sys
 from typing import Any, NamedTuple
 
 from .._util import interrupts
+from .draws import seeding
 
 AFTER = "random_after"  # entry meta of a variant: the generators' states after the call (encode_after)
 _SEED = "torch.initial_seed"  # in a snapshot beside the generators: the seed torch's generator was last given
+_UNSEEDED = "torch.unseeded"  # in a snapshot: whether the program has not seeded torch's generator, and the count
+# of seeding calls (seeding.seedings) then
+UNSEEDED = "unseeded"  # the state a variant's key gives torch's generator where the program has not seeded it
+_EXTRA = (_SEED, _UNSEEDED)
 OS_SEED_FLOOR = 2**32  # torch's own seeds are 64-bit draws from the OS; a script's are small numbers
 
 
@@ -58,6 +68,7 @@ def snapshot() -> dict[str, Any]:
     if torch is not None and hasattr(torch, "get_rng_state"):  # not halfway through its import
         states["torch"] = bytes(torch.get_rng_state().numpy())
         states[_SEED] = torch.initial_seed()
+        states[_UNSEEDED] = (seeding.unseeded(), seeding.seedings())
         cuda = getattr(torch, "cuda", None)
         if cuda is not None and cuda.is_initialized():
             for i in range(cuda.device_count()):
@@ -69,23 +80,34 @@ def snapshot() -> dict[str, Any]:
     return states
 
 
+def unseeded_in(states: dict[str, Any]) -> bool:
+    """Whether a :func:`snapshot` was taken with torch imported and its generator not seeded by the program."""
+    return bool(states.get(_UNSEEDED, (False,))[0])
+
+
 class Movement(NamedTuple):
-    """What a call did to the generators: ``names`` it moved (sorted), and those among them whose state before the
+    """What a call did to the generators: ``names`` it moved (sorted); those among them whose state before the
     call no other process can have (``unrepeatable``: torch's generator as its start-up seeded it, ``random`` or
-    NumPy seeded from the OS during the call, a CUDA device started)."""
+    NumPy seeded from the OS during the call, a CUDA device started); and ``unseeded``: torch's, moved where the
+    program had not seeded it before the call and still has not after it (the variant of :data:`UNSEEDED`, valid
+    only for a result that keeps no drawn value)."""
 
     names: list[str]
     unrepeatable: list[str]
+    unseeded: list[str] = []
 
 
 def movement(before: dict[str, Any]) -> Movement:
     """Compare the generators now with ``before`` (a :func:`snapshot` taken before the call)."""
     after = snapshot()
     seed = before.get(_SEED, after.get(_SEED))
+    unseeded = "torch" in before and before.get(_UNSEEDED) == (True, seeding.seedings()) and seeding.unseeded()
     before = _with_torch_start(before, after)
-    moved = [name for name, state in before.items() if name != _SEED and after.get(name, state) != state]
+    moved = [name for name, state in before.items() if name not in _EXTRA and after.get(name, state) != state]
     new = [name for name, state in after.items()
-           if name not in before and name != _SEED and not _as_started(name, state)]
+           if name not in before and name not in _EXTRA and not _as_started(name, state)]
+    if unseeded and "torch" in moved:
+        return Movement(sorted(moved + new), sorted(new), ["torch"])
     os_seeded = ["torch"] if "torch" in moved and seed is not None and seed >= OS_SEED_FLOOR else []
     return Movement(sorted(moved + new), sorted(new + os_seeded))
 
@@ -98,8 +120,12 @@ def moved(before: dict[str, Any]) -> list[str]:
 def states_for(names: list[str], states: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``names`` generators' states in ``states`` (a :func:`snapshot` taken before a call; default: now), as a
     variant's key digests them (:mod:`.vary`). torch not imported yet counts as the state its import starts from,
-    as the plain call that imports it would find it; another generator absent counts as absent (``None``)."""
-    states = _with_torch_start(snapshot() if states is None else states, {"torch": None} if "torch" in names else {})
+    as the plain call that imports it would find it; another generator absent counts as absent (``None``). torch's
+    generator where the program has not seeded it counts as :data:`UNSEEDED`."""
+    states = snapshot() if states is None else states
+    if "torch" in names and (unseeded_in(states) or ("torch" not in states and seeding.watching())):
+        return {name: UNSEEDED if name == "torch" else states.get(name) for name in names}
+    states = _with_torch_start(states, {"torch": None} if "torch" in names else {})
     return {name: states.get(name) for name in names}
 
 
@@ -135,8 +161,8 @@ def restore(encoded: dict[str, Any]) -> None:
             import torch
 
             state = torch.frombuffer(bytearray(base64.b64decode(value)), dtype=torch.uint8)
-            if name == "torch":
-                torch.set_rng_state(state)
+            if name == "torch":  # the generator's own method: no seeding of the program's (draws/seeding.py)
+                torch.default_generator.set_state(state)
             else:
                 torch.cuda.set_rng_state(state, int(name.rsplit(":", 1)[1]))
 

@@ -1,0 +1,309 @@
+"""Follow, during a miss, the values a loader draws at random, and say whether its result keeps any.
+
+:class:`Tracker` is a torch dispatch mode: it sees every tensor operation of the loader's thread below autograd.
+
+- An operation tagged ``nondeterministic_seeded`` (``uniform_``, ``normal_``, ``randn``, ``randperm``,
+  ``bernoulli``, dropout, ...) writes drawn values: the bytes it writes are marked (:mod:`.taint`).
+- Any other operation that reads a marked byte marks every byte it writes.
+- An operation that overwrites a tensor without reading it (``copy_``, ``fill_``, ``zero_``, an ``out=`` argument)
+  from unmarked inputs clears the bytes it covers: the checkpoint's values replacing the initial draws. A write
+  to a tensor whose elements are not one dense block only adds marks, never clears.
+- A marked value that reaches Python is kept: ``.item()`` and every operation that gives a Python number or a
+  shape that depends on the values (``nonzero``, ``unique``), ``.tolist()``, ``.numpy()``, ``.data_ptr()`` and
+  ``__dlpack__`` (wrapped on ``torch.Tensor`` while a tracker runs). Inside ``torch.nn.init`` such reads are the
+  routine's own rejection sampling, whose only effect is the tensor it fills and the generator.
+- Every draw from the default CPU generator is checked against the generator's state: a draw this mode did not
+  see (another thread, a path past the dispatcher) breaks the chain, and the verdict is then that draws may be kept.
+
+:meth:`Tracker.verdict` at the end: ``None`` when no storage still alive holds a marked byte and no marked value
+reached Python; otherwise why the result may keep a drawn value. Storages made on the ``meta`` device hold no
+values and are not followed. Only the loader's thread is followed (dispatch modes are per thread); a draw made
+elsewhere shows as a broken chain.
+"""
+from __future__ import annotations
+
+import gc
+import os
+import re
+import sys
+import threading
+from typing import Any, Iterator, NamedTuple
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..._util import interrupts
+from .taint import Taint
+
+# Files whose code reads the values it draws only to draw again into the same tensor (rejection sampling)
+DRAW_ROUTINES = (os.path.join("torch", "nn", "init.py"),)
+# operators whose Python-valued answer is of the tensors' metadata, not their values
+_METADATA = re.compile(r"(?!is_nonzero$)(_?is_|sym_|_has_|_nnz$|dense_dim$|sparse_dim$|_debug_has_internal_overlap$"
+                       r"|output_nr$|_version$|size$|stride$|numel$|dim$|storage_offset$)")
+_OVERWRITE_SELF = frozenset({"copy_", "fill_", "zero_"})
+_ESCAPES = ("numpy", "tolist", "data_ptr", "__dlpack__")
+_active: list[Tracker] = []
+_lock = threading.Lock()
+_originals: dict[str, Any] = {}
+
+
+class _Op(NamedTuple):
+    """What the tracker needs of an operator's schema: whether it draws, which arguments it writes (by position
+    and name) and whether it overwrites them without reading them, and whether its output says something of its
+    input's values to Python."""
+
+    draws: bool
+    written: tuple[tuple[int, str, bool], ...]  # (position, name, overwritten without being read)
+    to_python: bool
+
+
+_ops: dict[Any, _Op] = {}
+
+
+def _op(func: Any) -> _Op:
+    op = _ops.get(func)
+    if op is None:
+        tags = getattr(func, "tags", ())
+        draws = torch.Tag.nondeterministic_seeded in tags
+        name = func._schema.name.split("::")[-1]
+        written = tuple(
+            (i, a.name, draws or a.kwarg_only or (i == 0 and name in _OVERWRITE_SELF))
+            for i, a in enumerate(func._schema.arguments)
+            if a.alias_info is not None and a.alias_info.is_write)
+        to_python = (name == "_local_scalar_dense" or torch.Tag.dynamic_output_shape in tags
+                     or torch.Tag.data_dependent_output in tags
+                     or (not _METADATA.match(name)
+                         and any(not str(r.type).startswith("Tensor") for r in func._schema.returns)))
+        op = _ops[func] = _Op(draws, written, to_python)
+    return op
+
+
+def _tensors(value: Any) -> Iterator[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            if isinstance(v, torch.Tensor):
+                yield v
+
+
+class _Span(NamedTuple):
+    key: int
+    start: int
+    stop: int
+    dense: bool  # the tensor's elements fill [start, stop) exactly, once each
+
+
+def _span(t: torch.Tensor) -> _Span | None:
+    """The bytes of its storage ``t`` covers; None for a tensor without values (meta) or without a storage of its
+    own to follow (sparse, nested, a wrapper subclass)."""
+    if t.is_meta:
+        return None
+    storage = t.untyped_storage()
+    size = t.element_size()
+    start = int(t.storage_offset()) * size
+    if t.numel() == 0:
+        return _Span(storage._cdata, start, start, True)
+    last = int(sum((n - 1) * s for n, s in zip(t.shape, t.stride())))
+    dense = last + 1 == t.numel() and _non_overlapping(t)
+    return _Span(storage._cdata, start, start + (last + 1) * size, dense)
+
+
+def _non_overlapping(t: torch.Tensor) -> bool:
+    expected = 1
+    for s, n in sorted((s, n) for n, s in zip(t.shape, t.stride()) if n != 1):
+        if s != expected:
+            return False
+        expected *= n
+    return True
+
+
+class Tracker(TorchDispatchMode):
+    """One miss's follower of drawn values (see the module doc). Use :func:`following`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.taint = Taint()
+        self.kept: str | None = None  # why a drawn value may be kept, found during the call
+        self._chain: bytes | None = _cpu_state()
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps a mode's handler in torch._disable_dynamo, whose first call imports torch._dynamo (1.4 s, 800
+        # modules, a warnings filter that resets every warning registry): a loader's plain call imports none of it
+        return False
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        op = _op(func)
+        if not op.draws and not self.taint:
+            return func(*args, **kwargs)
+        if op.draws:  # a draw elsewhere leaves the CPU generator as it was: the chain holds
+            self._check_chain()
+        out = func(*args, **kwargs)
+        try:
+            if op.draws:
+                self._chain = _cpu_state()
+            self._follow(func, op, args, kwargs, out)
+        except Exception as e:
+            interrupts.raise_users(e)
+            self._keep(f"following {func} failed ({type(e).__name__}: {e})")
+        return out
+
+    def _check_chain(self) -> None:
+        if self._chain is not None and _cpu_state() != self._chain:
+            self._keep("torch's generator moved by draws this process could not follow (another thread, or a "
+                       "path that does not go through torch's dispatcher)")
+
+    def _follow(self, func: Any, op: _Op, args: tuple, kwargs: dict, out: Any) -> None:
+        written: list[tuple[torch.Tensor, bool]] = []
+        overwritten: set[int] = set()
+        for i, name, overwrite in op.written:
+            value = args[i] if i < len(args) else kwargs.get(name)
+            for t in _tensors(value):
+                written.append((t, overwrite))
+                if overwrite:
+                    overwritten.add(id(t))
+        inputs = [t for a in (*args, *kwargs.values()) for t in _tensors(a)]
+        drawn = op.draws or any(self._marked(t) for t in inputs if id(t) not in overwritten)
+        for t, overwrite in written:
+            span = _span(t)
+            if span is None:
+                continue
+            if drawn:
+                self._mark(t, span)
+            elif overwrite and span.dense:
+                self.taint.clear(span.key, span.start, span.stop)
+        sources = {s.key for s in map(_span, inputs) if s is not None}
+        for t in _tensors(out):
+            span = _span(t)
+            if span is None:
+                if drawn and not t.is_meta:
+                    self._keep(f"{func} made a tensor from drawn values that cannot be followed")
+                continue
+            if drawn and span.key not in sources:  # a new storage (a view of an input is marked as written)
+                self._mark(t, span)
+        if drawn and op.to_python and not op.draws and not _in_draw_routine():
+            self._keep(f"a drawn value reached Python through {func}{_where()}")
+
+    def _marked(self, t: torch.Tensor) -> bool:
+        span = _span(t)
+        return span is not None and self.taint.overlaps(span.key, span.start, span.stop)
+
+    def _mark(self, t: torch.Tensor, span: _Span) -> None:
+        self.taint.add(span.key, span.start, span.stop, lambda: StorageWeakRef(t.untyped_storage()))
+
+    def _keep(self, why: str) -> None:
+        if self.kept is None:
+            self.kept = why
+
+    def escaped(self, t: torch.Tensor, how: str) -> None:
+        """``t`` is read outside the dispatcher (``how``): kept if it holds a drawn value."""
+        try:
+            if self.taint and self._marked(t) and not _in_draw_routine():
+                self._keep(f"a drawn value reached Python through Tensor.{how}(){_where()}")
+        except Exception as e:
+            interrupts.raise_users(e)
+            self._keep(f"a tensor read through Tensor.{how}() could not be followed ({type(e).__name__})")
+
+    def verdict(self, result: Any = None) -> str | None:
+        """Why the call's result may keep a drawn value; None when it keeps none (see the module doc)."""
+        if self.kept is not None:
+            return self.kept
+        self._check_chain()
+        if self.kept is not None:
+            return self.kept
+        if self.taint.live(StorageWeakRef.expired):
+            gc.collect()  # a drawn tensor the loader dropped may wait in a reference cycle
+            live = self.taint.live(StorageWeakRef.expired)
+            if live:
+                return f"its result keeps values drawn at random ({_named(result, set(live))})"
+        return None
+
+
+def following() -> Tracker:
+    """A tracker, entered: the caller runs the loader, then calls :func:`stop` with it."""
+    tracker = Tracker()
+    with _lock:
+        if not _active:
+            _wrap_escapes()
+        _active.append(tracker)
+    tracker.__enter__()
+    return tracker
+
+
+def stop(tracker: Tracker) -> None:
+    """Leave ``tracker``'s mode (in the thread that entered it) and stop watching reads for it."""
+    try:
+        tracker.__exit__(None, None, None)
+    finally:
+        with _lock:
+            if tracker in _active:
+                _active.remove(tracker)
+            if not _active:
+                _unwrap_escapes()
+
+
+def _wrap_escapes() -> None:
+    for how in _ESCAPES:
+        original = getattr(torch.Tensor, how)
+        _originals[how] = torch.Tensor.__dict__.get(how)
+
+        def read(self: torch.Tensor, *args: Any, _how: str = how, _original: Any = original, **kwargs: Any) -> Any:
+            for tracker in list(_active):
+                tracker.escaped(self, _how)
+            return _original(self, *args, **kwargs)
+
+        read.__name__ = how
+        setattr(torch.Tensor, how, read)
+
+
+def _unwrap_escapes() -> None:
+    for how, original in _originals.items():
+        if original is None:
+            delattr(torch.Tensor, how)
+        else:
+            setattr(torch.Tensor, how, original)
+    _originals.clear()
+
+
+def _cpu_state() -> bytes:
+    return bytes(torch.default_generator.get_state().numpy())
+
+
+def _in_draw_routine() -> bool:
+    frame: Any = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(DRAW_ROUTINES):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _where() -> str:
+    """`` (file:line)`` of the first frame outside torch and this module."""
+    here = os.path.dirname(__file__)
+    torch_dir = os.path.dirname(torch.__file__)
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith((here, torch_dir)):
+            return f" ({os.path.basename(name)}:{frame.f_lineno})"
+        frame = frame.f_back
+    return ""
+
+
+def _named(result: Any, live: set[int]) -> str:
+    """The names of ``result``'s parameters and buffers whose storages are in ``live`` (a module's), else a
+    count."""
+    names: list[str] = []
+    if isinstance(result, torch.nn.Module):
+        for name, t in (*result.named_parameters(), *result.named_buffers()):
+            span = _span(t)
+            if span is not None and span.key in live:
+                names.append(name)
+    if names:
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        return f"{shown}: not in the checkpoint?"
+    return f"{len(live)} tensor storage(s) made during the call"
