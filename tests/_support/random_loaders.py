@@ -39,3 +39,12 @@ def load_net_with_new_head(path: str) -> Net:
     net = Net(head=True)
     net.load_state_dict(torch.load(path), strict=False)
     return net.eval()
+
+
+def load_net_seeded_inside(path: str) -> Net:
+    """Seeds torch's generator itself, then builds and loads: the process is seeded afterwards."""
+    record_call(path)
+    torch.manual_seed(0)
+    net = Net()
+    net.load_state_dict(torch.load(path))
+    return net.eval()

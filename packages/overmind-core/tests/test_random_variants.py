@@ -80,8 +80,9 @@ def test_another_seed_is_another_variant_and_each_hits(tmp_path, overmind_runtim
         assert (got["digest"], got["torch"]) == (plain[seed]["digest"], plain[seed]["torch"]), seed
 
 
-def test_an_unseeded_process_runs_the_drawing_loader_as_plain_and_publishes_nothing(tmp_path, overmind_runtime):
-    """torch seeded its generator from the OS: no other process starts from that state, so no variant is made."""
+def test_torch_imported_before_overmind_counts_as_seeded_and_publishes_nothing(tmp_path, overmind_runtime):
+    """torch seeded its generator from the OS, and what the program did with it before ``overmind`` was imported
+    cannot be told: no other process starts from that state, so no variant is made."""
     from _support.random_loaders import save_net
 
     path = save_net(str(tmp_path / "net.pt"))
@@ -95,3 +96,88 @@ def test_an_unseeded_process_runs_the_drawing_loader_as_plain_and_publishes_noth
     entries = run_fresh("import overmind\nfrom overmind.testing import report\n"
                         "report(len(overmind.cache_info().entries))", env=env)
     assert entries == 0
+
+
+UNSEEDED = """
+import hashlib, json, logging, os, sys
+import overmind
+overmind.activate()
+import torch
+from overmind.testing import recorded_calls, report
+from _support import random_loaders as rl
+records = []
+handler = logging.Handler()
+handler.emit = lambda r: records.append(r.getMessage())
+logging.getLogger("overmind").addHandler(handler)
+logging.getLogger("overmind").setLevel(logging.INFO)
+PATH = os.environ["NET_PATH"]
+if os.environ.get("SEED"):
+    torch.manual_seed(int(os.environ["SEED"]))
+def digest(module):
+    h = hashlib.sha256()
+    for name, t in sorted(module.state_dict().items()):
+        h.update(name.encode() + t.detach().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+fn = getattr(rl, os.environ["LOADER"])
+nets = [overmind.load(fn, PATH) if os.environ.get("VIA") == "overmind" else fn(PATH)
+        for _ in range(int(os.environ.get("LOADS", "1")))]
+report({"digest": digest(nets[-1]), "ran": len(recorded_calls()), "next": torch.randn(4).tolist(),
+        "os_seeded": torch.initial_seed() >= 2**32,
+        "said_kept": sum("keeps values drawn at random" in m for m in records)})
+"""
+
+
+def _unseeded_runs(tmp_path, runtime, loader, runs, **extra):
+    from _support.random_loaders import save_net
+
+    path = save_net(str(tmp_path / "net.pt"))
+    env = {"PYTHONPATH": pythonpath_env(), "NET_PATH": path, "OVERMIND_RUNTIME_DIR": runtime, "LOADER": loader,
+           **extra}
+    plain = run_fresh(UNSEEDED, env={**env, "VIA": "plain"})
+    got = [run_fresh(UNSEEDED, env={**env, "VIA": "overmind", **(more or {})}) for more in runs]
+    entries = run_fresh("import overmind\nfrom overmind.testing import report\n"
+                        "report(len(overmind.cache_info().entries))", env=env)
+    return plain, got, entries
+
+
+def test_processes_that_never_seed_share_one_entry_of_a_loader_that_keeps_no_draw(tmp_path, overmind_runtime):
+    """The plain PyTorch pattern: its random initialisation is overwritten by the checkpoint, so every process that
+    has not seeded gets the same result; the second and third run no loader and leave the generator unseeded."""
+    plain, got, entries = _unseeded_runs(tmp_path, overmind_runtime, "load_net", [None, None, None])
+    assert [g["ran"] for g in got] == [1, 0, 0]
+    assert all(g["digest"] == plain["digest"] and g["os_seeded"] for g in got)
+    assert len({tuple(g["next"]) for g in got}) == 3  # each generator where its own start put it
+    assert entries == 2  # the call's marker and its unseeded variant
+
+
+def test_a_head_the_checkpoint_lacks_is_drawn_anew_in_every_unseeded_process(tmp_path, overmind_runtime):
+    plain, got, entries = _unseeded_runs(tmp_path, overmind_runtime, "load_net_with_new_head", [None, None],
+                                         LOADS="2")
+    assert [g["ran"] for g in got] == [2, 2]
+    assert len({g["digest"] for g in (plain, *got)}) == 3
+    assert [g["said_kept"] for g in got] == [1, 1]  # one INFO line per process, not per call
+    assert entries == 0
+
+
+def test_a_seeded_process_is_not_served_the_unseeded_entry(tmp_path, overmind_runtime):
+    """After an unseeded process published, a seeded one gets the variant of its own state, and the generator
+    where the plain call leaves it."""
+    from _support.random_loaders import save_net
+
+    path = save_net(str(tmp_path / "net.pt"))
+    env = {"PYTHONPATH": pythonpath_env(), "NET_PATH": path, "OVERMIND_RUNTIME_DIR": overmind_runtime,
+           "LOADER": "load_net"}
+    seeded_plain = run_fresh(UNSEEDED, env={**env, "VIA": "plain", "SEED": "5"})
+    assert run_fresh(UNSEEDED, env={**env, "VIA": "overmind"})["ran"] == 1
+    for ran in (1, 0):
+        got = run_fresh(UNSEEDED, env={**env, "VIA": "overmind", "SEED": "5"})
+        assert got["ran"] == ran
+        assert (got["digest"], got["next"]) == (seeded_plain["digest"], seeded_plain["next"])
+
+
+def test_a_loader_that_seeds_leaves_the_process_seeded_as_plain_does(tmp_path, overmind_runtime):
+    """The generator is unseeded before the call and seeded after it: no entry can serve both, so the call runs as
+    plain and the process draws afterwards what the plain process draws."""
+    plain, got, entries = _unseeded_runs(tmp_path, overmind_runtime, "load_net_seeded_inside", [None, None])
+    assert [g["ran"] for g in got] == [1, 1]
+    assert all((g["digest"], g["next"]) == (plain["digest"], plain["next"]) for g in got)

@@ -67,7 +67,7 @@ class Taint:
     def overlaps(self, key: int, start: int, stop: int) -> bool:
         """Whether any byte of ``[start, stop)`` of storage ``key`` may hold a drawn value."""
         ranges = self._ranges.get(key)
-        if not ranges:
+        if not ranges or stop <= start:
             return False
         return any(a < stop and start < b for a, b in ranges)
 
