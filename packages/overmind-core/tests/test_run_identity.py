@@ -212,3 +212,15 @@ def test_interpreter_options_select_a_template_started_with_them(rt, tmp_path):
     assert [path, safe] == json.loads(plain.stdout)[:2] and safe is True
     (template,) = [t for t in rs.templates(rt) if t["pid"] == parent]
     assert "-P" in template["key"]["options"]
+
+
+def test_a_program_starts_with_its_own_unseeded_generators(rt, tmp_path):
+    """As a fresh process does: torch's generator seeded from the OS, a seed of its own each run, and the program
+    counted as not having seeded it (an entry that keeps no draw serves it: loading/draws/seeding.py)."""
+    script = rs.write(str(tmp_path), "prog.py", (
+        "import json, os, torch\nfrom overmind.loading.draws import seeding\n"
+        "print(json.dumps({'ppid': os.getppid(), 'seed': torch.initial_seed(), 'unseeded': seeding.unseeded()}))\n"))
+    runs = [_report(rs.run([script], rt)) for _ in range(2)]
+    templates = [t["pid"] for t in rs.templates(rt)]
+    assert all(r["ppid"] in templates and r["unseeded"] for r in runs), runs
+    assert runs[0]["seed"] != runs[1]["seed"]

@@ -251,7 +251,9 @@ def _reseed() -> None:
             pass
     torch = sys.modules.get("torch")
     if torch is not None and hasattr(torch, "seed"):
-        torch.seed()
+        from ..loading.draws import seeding
+
+        seeding.seeded_from_os()  # as torch's import seeds it in a fresh process: the program has not seeded
 
 
 def _template_finalizers_stay() -> None:
