@@ -62,3 +62,26 @@ def test_pathlib_paths_are_keyed_by_their_fingerprint(tmp_path):
     assert k1 == key.make_key(ld, key.bind_arguments(ld, (pathlib.Path(str(tmp_path)),), {})).key
     (tmp_path / "a.bin").write_bytes(b"22")
     assert key.make_key(ld, key.bind_arguments(ld, (pathlib.Path(tmp_path),), {})).key != k1
+
+
+class Embedder(torch.nn.Module):
+    """A loader that is a class: ``overmind.load(Embedder, 3)`` caches its construction."""
+
+    def __init__(self, n, scale=1.0):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.full((n,), scale))
+
+
+def test_a_class_is_a_loader_its_construction_keyed_by_the_arguments_of_its_init(overmind_runtime):
+    import overmind
+    from overmind.client.connection import get_client
+
+    ld = key.describe_loader(Embedder)
+    assert ld.owner is None and ld.func is Embedder and ld.name.endswith(".Embedder")
+    assert key.bind_arguments(ld, (3,), {}) == {"n": 3, "scale": 1.0}
+    k = key.make_key(ld, key.bind_arguments(ld, (3,), {})).key
+    assert k == key.make_key(ld, key.bind_arguments(ld, (), {"n": 3, "scale": 1.0})).key
+    assert k != key.make_key(ld, key.bind_arguments(ld, (4,), {})).key
+    first, second = overmind.load(Embedder, 3, scale=2.0), overmind.load(Embedder, 3, scale=2.0)
+    assert type(second) is Embedder and second is not first and torch.equal(second.weight, first.weight)
+    assert sum(e["hits"] for e in get_client().ls()) == 1

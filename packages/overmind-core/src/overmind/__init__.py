@@ -45,9 +45,11 @@ def load(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
 
     The first call on this machine runs ``fn`` and publishes the result; later calls, in this or any other
     process of the same user, get an equal, independent object whose tensors are mapped copy-on-write from
-    shared memory. Any failure of the cache gives the plain result with one warning.
+    shared memory. Any failure of the cache gives the plain result with one warning. ``fn`` is a function, a
+    classmethod, or a class, whose construction is then the load.
 
     >>> unet = overmind.load(UNet2DConditionModel.from_pretrained, ckpt, subfolder="unet")
+    >>> st = overmind.load(SentenceTransformer, path)
     """
     from .loading.flow import load as _load
 

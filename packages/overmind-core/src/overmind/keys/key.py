@@ -45,10 +45,13 @@ class Loader:
 
 
 def describe_loader(fn: Callable) -> Loader:
-    """Identify ``fn``: a function, a classmethod bound to a class, or a ``functools.partial`` of those."""
+    """Identify ``fn``: a function, a classmethod bound to a class, a class (called to construct the result), or a
+    ``functools.partial`` of those."""
     if isinstance(fn, functools.partial):
         inner = describe_loader(fn.func)
         return Loader(fn, inner.func, inner.owner, f"partial({inner.name})")
+    if isinstance(fn, type):  # a class: its construction is the load (``overmind.load(SentenceTransformer, path)``)
+        return Loader(fn, fn, None, _qualname(fn))
     owner = getattr(fn, "__self__", None)
     func = getattr(fn, "__func__", fn)
     if isinstance(owner, type):
