@@ -319,23 +319,67 @@ def test_a_loader_that_changes_the_logging_set_up_is_not_cached(overmind_runtime
         logging.root.setLevel(saved[3]), logging.disable(saved[4])
 
 
-def test_a_module_level_warning_that_configures_the_root_logger_is_not_cached(overmind_runtime):
-    """``logging.warning()`` with no handler on the root logger calls ``basicConfig()``: the process's later
-    records reach standard error. Two processes against one server: the second must configure it too."""
-    from overmind.testing import run_fresh
-
-    script = """
-import logging, torch, overmind
+ROOT_CONFIGURED = """
+import io, logging, os, sys
+sys.stderr = err = io.StringIO()  # the last resort and basicConfig()'s handler write here
+import torch, overmind
 from overmind.client.connection import get_client
 from overmind.testing import report
-def load(n):
-    logging.warning("a notice through the root logger")
+
+LIB = logging.getLogger("overmind_tests_lib.root")
+
+
+def load_configuring(n):
+    LIB.warning("before: the last resort shows it")
+    logging.info("not shown, but the root logger gets basicConfig()'s handler")
+    LIB.warning("after: through that handler")
     return torch.ones(n)
-before = len(logging.root.handlers)
-overmind.load(load, 2)
-report({"before": before, "after": len(logging.root.handlers), "hits": sum(e["hits"] for e in get_client().ls())})
+
+
+def load_configuring_otherwise(how, n):
+    if how == "level":
+        logging.basicConfig(level=logging.ERROR)
+    elif how == "format":
+        logging.basicConfig(format="%(message)s")
+    else:
+        logging.root.addHandler(logging.StreamHandler())
+    return torch.ones(n)
+
+
+active = os.environ.get("OVERMIND_DISABLE") != "1"
+call = overmind.load if active else (lambda fn, *a: fn(*a))
+hits = lambda: sum(e["hits"] for e in get_client().ls()) if active else 0
+call(load_configuring, 2)
+call(load_configuring, 2)  # the root logger has its handler now: none is added
+seen = {"shown": err.getvalue(), "handlers": len(logging.root.handlers), "hits": hits(), "others": {}}
+for how in ("level", "format", "handler"):  # other changes of the root logger: not made again by a hit
+    logging.root.handlers.clear()
+    logging.root.setLevel(logging.WARNING)
+    before = hits()
+    call(load_configuring_otherwise, how, 3)
+    seen["others"][how] = hits() - before
+sys.stderr = sys.__stderr__
+report(seen)
 """
-    assert [run_fresh(script) for _ in range(2)] == [{"before": 0, "after": 1, "hits": 0}] * 2
+
+
+def test_a_module_level_log_call_that_configures_the_root_logger_is_made_again_by_a_hit(overmind_runtime):
+    """``logging.info()`` with no handler on the root logger calls ``basicConfig()`` (open_clip's loaders do): the
+    process's later records reach standard error. A hit makes that call where the plain call made it among the
+    records, and leaves a root logger that has a handler as it is; another change of the root logger's set-up
+    (a level, a format, a handler of its own) leaves the call uncached. Plain, then a miss, then a hit process."""
+    from overmind.testing import run_fresh
+
+    plain = run_fresh(ROOT_CONFIGURED, env={"OVERMIND_DISABLE": "1"})
+    miss, hit = run_fresh(ROOT_CONFIGURED), run_fresh(ROOT_CONFIGURED)
+    assert plain["shown"].splitlines() == [
+        "before: the last resort shows it", "WARNING:overmind_tests_lib.root:after: through that handler",
+        "WARNING:overmind_tests_lib.root:before: the last resort shows it",
+        "WARNING:overmind_tests_lib.root:after: through that handler"]
+    assert plain["handlers"] == 1
+    for run, hits in ((miss, 1), (hit, 3)):  # the miss process's second call is a hit already
+        assert (run["shown"], run["handlers"], run["hits"]) == (plain["shown"], 1, hits)
+        assert run["others"] == {"level": 0, "format": 0, "handler": 0}
 
 
 LATE_MODULE = '''

@@ -31,10 +31,16 @@ skips its frame as one of ``logging``'s.
 When in doubt, the result is not cached (:attr:`Recording.unsure`): another thread logged while the loader
 ran, a record carries an attribute of its own that is not a plain value, or its message could not be made. So
 too when the loader changed how logging is set up (a logger's level, handlers, ``propagate`` or ``disabled``,
-``logging.disable``): a hit would leave the process as it found it. The commonest is a module-level
-``logging.warning()`` while the root logger has no handler, which calls ``basicConfig()``: every later record
-of the process then reaches standard error. Loggers made while the loader ran are not compared (an import makes
-them, in a hit as in plain).
+``logging.disable``): a hit would leave the process as it found it. Loggers made while the loader ran are not
+compared (an import makes them, in a hit as in plain).
+
+One change of the set-up is made again instead: ``basicConfig()`` without arguments on a root logger that had
+no handler, which a module-level ``logging.info()`` / ``logging.warning()`` (open_clip's ``create_model``) makes
+whenever the root logger has none, whatever the level: every later record of the process then reaches standard
+error. The miss notes where among its records the root logger gained the handler that ``basicConfig()`` adds (a
+``StreamHandler`` on standard error, ``logging.BASIC_FORMAT``, nothing else changed), and a hit calls
+``logging.basicConfig()`` at that place, which does nothing where the root logger has a handler, as the plain call
+would.
 Not reproduced: progress bars (they are written to the terminal, not logged) and the records of a ``Logger``
 subclass that overrides ``handle`` (the recording sits in ``Logger.handle``).
 """
@@ -75,11 +81,14 @@ class Recording(recordings.Recording):
         self.once_seen: dict[str, int] = {}
         self._once_at_start: dict[str, tuple[Any, int, int, bool]] = {}
         self._setup: dict[str, Any] = {}
+        self._root_bare = False  # the root logger had no handler as the loader started (basicConfig() may add one)
+        self.basic_config: int | None = None  # the records before the loader's basicConfig(), if it made one
 
     def begin(self) -> None:
         """Note the once-only methods' counts and the logging set-up as the loader starts (stand-ins in place)."""
         self._once_at_start = _once_counts()
         self._setup = _logging_setup()
+        self._root_bare = not logging.root.handlers
 
     def finish(self) -> None:
         """The loader returned: every call the once-only methods answered meanwhile must be one this saw, and
@@ -89,6 +98,11 @@ class Recording(recordings.Recording):
             self.doubt(f"the once-only log method {unseen} answered a call the recording did not see")
         now = _logging_setup()
         changed = [name for name, setup in self._setup.items() if now.get(name) != setup]
+        if "root" in changed and _basic_config_made(self._setup["root"], now["root"]):
+            changed.remove("root")
+            self._root_changed()  # the loader called basicConfig() itself after its last record
+        else:
+            self.basic_config = None  # no handler added, or another one: nothing for a hit to make again
         if changed:
             names = ", ".join(map(repr, changed[:3]))
             self.doubt(f"the loader changed how logging is set up ({names}): a hit would leave it as it is")
@@ -107,14 +121,27 @@ class Recording(recordings.Recording):
                              "after": self._warnings_so_far()})
 
     def for_entry(self) -> dict | None:
-        if not self.records and not self.answers:
+        if not self.records and not self.answers and self.basic_config is None:
             return None
-        return {"records": self.records, "answers": [[n, q, a] for (n, q), a in self.answers.items()]}
+        kept = {"records": self.records, "answers": [[n, q, a] for (n, q), a in self.answers.items()]}
+        if self.basic_config is not None:  # a key an older Overmind ignores (it leaves the root logger as it is)
+            kept["basic_config"] = self.basic_config
+        return kept
 
     def answered(self, name: str, question: Any, answer: Any) -> None:
+        if self._root_bare and logging.root.handlers:
+            self._root_changed()
         self.answers.setdefault((name, question), answer)
 
+    def _root_changed(self) -> None:
+        """The root logger has a handler it lacked as the loader started: if ``basicConfig()`` added it, a hit
+        makes it again before the records noted from now on (:func:`_basic_config_made` decides at the end)."""
+        if self._root_bare and self.basic_config is None:
+            self.basic_config = len(self.records)
+
     def note(self, logger: logging.Logger, record: logging.LogRecord) -> None:
+        if self._root_bare and logging.root.handlers:
+            self._root_changed()
         if self.unsure is not None:
             return
         extra = {k: v for k, v in vars(record).items() if k not in _STANDARD}
@@ -164,6 +191,21 @@ def _get_effective_level(self: logging.Logger) -> int:
     for rec in _RUNNING.mine():
         rec.answered(self.name, "effective", answer)
     return answer
+
+
+def _basic_config_made(before: tuple, after: tuple) -> bool:
+    """Whether the root logger's set-up went from ``before`` to ``after`` (:func:`_logging_setup`'s ``"root"``) by
+    ``logging.basicConfig()`` without arguments alone: no handler before, then one ``StreamHandler`` on standard
+    error with the default formatter, nothing else changed."""
+    level, handlers, propagate, disabled, disable = before
+    if handlers or len(after[1]) != 1 or (after[0], *after[2:]) != (level, propagate, disabled, disable):
+        return False
+    handler = after[1][0]
+    formatter = handler.formatter
+    return (type(handler) is logging.StreamHandler and handler.stream is sys.stderr
+            and handler.level == logging.NOTSET and not handler.filters and type(formatter) is logging.Formatter
+            and formatter._fmt == logging.BASIC_FORMAT and formatter.datefmt is None
+            and type(formatter._style) is logging.PercentStyle)
 
 
 def _logging_setup() -> dict[str, Any]:
@@ -338,6 +380,7 @@ class Replay:
         kept = kept or {}
         self.records: list[dict] = list(kept.get("records") or ())
         self.answers: list = list(kept.get("answers") or ())
+        self.basic_config: int | None = kept.get("basic_config")  # the records before the loader's basicConfig()
         self._next = 0
 
     def differs(self) -> str | None:
@@ -358,10 +401,16 @@ class Replay:
         return None
 
     def emit(self, warnings_issued: int | None = None) -> None:
-        """Emit the records that came before the warning numbered ``warnings_issued`` (all that remain: None)."""
-        while self._next < len(self.records):
-            r = self.records[self._next]
-            if warnings_issued is not None and r["after"] > warnings_issued:
+        """Emit the records that came before the warning numbered ``warnings_issued`` (all that remain: None), and
+        make the loader's ``basicConfig()`` where it came among them."""
+        while True:
+            r = self.records[self._next] if self._next < len(self.records) else None
+            if r is not None and warnings_issued is not None and r["after"] > warnings_issued:
+                return
+            if self._next == self.basic_config:
+                self.basic_config = None
+                logging.basicConfig()  # nothing where the root logger has a handler: the plain call's made none
+            if r is None:
                 return
             self._next += 1
             logger = logging.getLogger(r["logger"])
