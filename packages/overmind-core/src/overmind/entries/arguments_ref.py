@@ -11,6 +11,11 @@ This is sound because the cache key covers these arguments (by content, or as an
 so a hit's caller passes equivalent objects at the same paths; :func:`resolve` still checks the type, and
 that objects passed twice (``controlnet=[a, a]``) are again one object, and refuses otherwise.
 
+A call that changes a module it was given (PEFT's ``PeftModel.from_pretrained(base, lora)`` puts LoRA layers into
+``base``) keeps those changes as writes to the module's parts (``entries/writes.py``), and its index reaches into the
+modules (``into_modules``): a submodule, parameter or buffer of a module argument is a step of its path
+(``("model", ".m:encoder", ".m:layer", ".m:0", ".p:weight")``), resolved in the caller's module as the call found it.
+
 Atoms (``None``, numbers, strings, bytes, torch dtypes and devices, classes, enum members, paths,
 tuples of atoms) are never substituted: they are interned or shared singletons, so a result holding an
 equal one says nothing about where it came from, and a key may call two different ones equal
@@ -64,11 +69,12 @@ class ArgumentIndex:
     The pickler calls :meth:`reference` for each object; it records which paths the entry uses.
     """
 
-    def __init__(self, arguments: dict[str, Any] | None):
+    def __init__(self, arguments: dict[str, Any] | None, into_modules: bool = False):
         self.ids: dict[int, Path] = {}  # id() of each indexed object -> its first path
         self._objects: list[Any] = []  # keeps what the ids name alive while the index lives
         self._aliases: dict[Path, list[Path]] = {}  # first path -> every path holding that same object
         self.used: set[Path] = set()
+        self._into_modules = into_modules
         if arguments:
             self._scan(arguments)
 
@@ -87,6 +93,9 @@ class ArgumentIndex:
                 continue  # its contents were indexed under its first path
             self.ids[id(value)] = path
             self._objects.append(value)
+            if self._into_modules and isinstance(value, torch.nn.Module):
+                todo.extend((path + (step,), child, depth) for step, child in reversed(_module_parts(value)))
+                continue
             if depth >= MAX_DEPTH:
                 continue
             children = _children(value)
@@ -117,6 +126,26 @@ def _children(value: Any) -> list[tuple[Any, Any]]:
     return []  # only plain containers are looked into; any other object is one argument as a whole
 
 
+_PARTS = {".m:": "_modules", ".p:": "_parameters", ".b:": "_buffers"}
+
+
+def _module_parts(module: Any) -> list[tuple[str, Any]]:
+    """A module's direct submodules, parameters and buffers, each with its path step."""
+    return [(prefix + name, part) for prefix, attr in _PARTS.items()
+            for name, part in module.__dict__.get(attr, {}).items() if part is not None]
+
+
+def _step(obj: Any, step: Any) -> Any:
+    if type(obj) in (list, tuple, dict):
+        return obj[step]
+    if isinstance(obj, torch.nn.Module) and isinstance(step, str) and step[:3] in _PARTS:
+        part = obj.__dict__[_PARTS[step[:3]]][step[3:]]
+        if part is None:
+            raise KeyError(step)
+        return part
+    raise KeyError(step)
+
+
 def resolve(arguments: Mapping[str, Any] | None, path: Iterable, expected_type: str) -> Any:
     """The current call's object at ``path``; :class:`ArgumentMismatch` if it is absent or of another type."""
     path = tuple(path)
@@ -125,7 +154,7 @@ def resolve(arguments: Mapping[str, Any] | None, path: Iterable, expected_type: 
     obj = arguments[path[0]]
     for step in path[1:]:
         try:
-            obj = obj[step] if type(obj) in (list, tuple, dict) else _missing(path)
+            obj = _step(obj, step)
         except (IndexError, KeyError, TypeError):
             raise ArgumentMismatch(f"the cached result holds argument {_show(path)}, which this call does "
                                    f"not pass") from None
@@ -165,7 +194,7 @@ def _at(arguments: Mapping[str, Any] | None, path: Path) -> Any:
     obj = (arguments or {}).get(path[0], _MISSING)
     for step in path[1:]:
         try:
-            obj = obj[step] if type(obj) in (list, tuple, dict) else _MISSING
+            obj = _step(obj, step)
         except (IndexError, KeyError, TypeError):
             return _MISSING
     return obj
@@ -174,9 +203,6 @@ def _at(arguments: Mapping[str, Any] | None, path: Path) -> Any:
 _MISSING = object()
 
 
-def _missing(path: Path):
-    raise KeyError(path)
-
-
 def _show(path: Path) -> str:
-    return path[0] + "".join(f"[{step!r}]" for step in path[1:])
+    return path[0] + "".join(f".{step[3:]}" if isinstance(step, str) and step[:3] in _PARTS else f"[{step!r}]"
+                             for step in path[1:])

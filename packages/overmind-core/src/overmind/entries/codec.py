@@ -65,7 +65,8 @@ class UnexpectedMeta(OvermindError):
 
 def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = None, *,
            reference_mapped: bool = True, before_write: Callable[[], None] | None = None,
-           arena: Arena | None = None, expect_meta: bool = True, writes: list | None = None) -> Encoded:
+           arena: Arena | None = None, expect_meta: bool = True, writes: list | None = None,
+           argument_index: arguments_ref.ArgumentIndex | None = None) -> Encoded:
     """Write ``result`` into a sealed memfd.
 
     Objects of the call's bound ``arguments`` that the result holds are recorded as references to those
@@ -79,7 +80,8 @@ def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = N
     a result holding some raises :class:`UnexpectedMeta` before anything is written, unless an adapter readying it
     said they are meant (:func:`intend_meta`).
     ``writes``: what the loader wrote outside its result (``loading/writes/replay.for_entry``), pickled in one
-    stream with the result and made again by :func:`decode` (:mod:`.writes`).
+    stream with the result and made again by :func:`decode` (:mod:`.writes`). ``argument_index``: where the call's
+    arguments and their parts were as the call found them (a call that changed its module arguments).
     Raises :class:`~overmind.entries.pickling.PicklingFailed` for a result that cannot be pickled.
     """
     if arena is not None and not (arena.usable and reference_mapped):
@@ -88,7 +90,7 @@ def encode(result: Any, loader: Loader, summary: str, arguments: dict | None = N
         adapters_meta = hooks.entry_metadata(result, loader)
         places = hooks.derived_paths(result, loader, arguments) if arguments else []
         _meta.intended = False
-        pickled = _pickle(result, loader, reference_mapped, arguments, arena, writes)
+        pickled = _pickle(result, loader, reference_mapped, arguments, arena, writes, argument_index)
     if not pickled.in_place:
         arena = None  # nothing of the result is in it (an fp16 checkpoint's tensors are file mappings)
     if pickled.holds_meta and not expect_meta and not getattr(_meta, "intended", False):
@@ -136,12 +138,14 @@ def _use_arena(arena: Arena, pickled: pickling.Pickled, shared: dedup.Plan) -> l
 
 
 def _pickle(result: Any, loader: Loader, reference_mapped: bool, arguments: dict | None,
-            arena: Arena | None = None, writes: list | None = None) -> pickling.Pickled:
+            arena: Arena | None = None, writes: list | None = None,
+            argument_index: arguments_ref.ArgumentIndex | None = None) -> pickling.Pickled:
     with contextlib.ExitStack() as stack:
         stack.enter_context(hooks.prepare_result(result, loader))
         table = pickling.reducer_table(hooks.reducers())
         root = recorded_writes.Recorded(result, writes) if writes else result
-        return pickling.dumps(root, table, reference_mapped=reference_mapped, arguments=arguments, arena=arena)
+        return pickling.dumps(root, table, reference_mapped=reference_mapped, arguments=arguments, arena=arena,
+                              index=argument_index)
 
 
 def decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None = None,

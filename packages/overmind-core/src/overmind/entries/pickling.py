@@ -273,7 +273,8 @@ def _core_reducers() -> list[Mapping[type, Callable]]:
 
 
 def dumps(obj: Any, reducers: Mapping[type, Any] | tuple[()] = (), reference_mapped: bool = True,
-          arguments: Mapping[str, Any] | None = None, arena: Arena | None = None) -> Pickled:
+          arguments: Mapping[str, Any] | None = None, arena: Arena | None = None,
+          index: arguments_ref.ArgumentIndex | None = None) -> Pickled:
     """Pickle ``obj`` with its storages out of band.
 
     ``reducers`` maps types to a ``__reduce__``-style function, or a list of them tried in turn
@@ -281,14 +282,16 @@ def dumps(obj: Any, reducers: Mapping[type, Any] | tuple[()] = (), reference_map
     Each storage's place comes from a :class:`~overmind.shm.placer.Placer`; ``reference_mapped=False`` copies
     every storage even if it already lives in an entry mapping.
     ``arguments`` are the call's bound arguments: an object passed there is recorded as a reference to the
-    argument, not pickled; pass the same call's arguments to :func:`loads`.
+    argument, not pickled; pass the same call's arguments to :func:`loads`. ``index``: the arguments' index, made
+    by the caller (one that reaches into module arguments, made as the call found them: ``arguments_ref.py``).
     ``arena``: the miss's closed load arena; a storage in one of its ranges is placed where it already is
     (``Pickled.in_place``).
 
     Raises :class:`PicklingFailed` (or its subclasses :class:`ResourceRefused`, :class:`TooDeep`).
     """
     reducer_table = _Reducers(dict(reducers))
-    index = arguments_ref.ArgumentIndex(dict(arguments) if arguments else None)
+    if index is None:
+        index = arguments_ref.ArgumentIndex(dict(arguments) if arguments else None)
     try:
         return deep_recursion.call(_dumps, obj, reducer_table, reference_mapped, index, arena)
     except RecursionError as e:

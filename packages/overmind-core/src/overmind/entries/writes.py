@@ -49,6 +49,30 @@ class Place(NamedTuple):
         return obj
 
 
+class Held:
+    """A container inside an object the call was given (``entries/arguments_ref.py`` pickles ``target`` as where
+    the caller passed it): ``kind`` is ``"attrs"`` (the object's own ``__dict__``, written directly as the loader's
+    ``Module.__setattr__`` left it), ``"dict"`` or ``"set"`` (the dict or set the object holds as attribute
+    ``name``: a module's ``_modules``, ``_parameters``, hooks) or ``"requires_grad"`` (a tensor's flag)."""
+
+    module = ""  # no module of its own: the writes of a call's arguments name no module's globals
+
+    def __init__(self, kind: str, target: Any, name: str = "") -> None:
+        self.kind, self.target, self.name = kind, target, name
+
+    def __reduce__(self) -> tuple:
+        return Held, (self.kind, self.target, self.name)
+
+    def describe(self) -> str:
+        what = f"{type(self.target).__qualname__} argument's part"
+        return f"{self.name} of a {what}" if self.name else f"a {what}"
+
+    def find(self) -> Any:
+        if self.kind in ("dict", "set"):
+            return self.target.__dict__[self.name]
+        return self.target
+
+
 class DELETED:
     """A write's value where the loader deleted the global or attribute (a class: pickled by name, so it is itself
     after a rebuild)."""
@@ -77,6 +101,11 @@ def module_global(module: str, name: str) -> Any:
     if found is None:
         found = importlib.import_module(module)
     return getattr(found, name)
+
+
+def held(place: Any) -> bool:
+    """Whether a write's ``place`` is inside an argument of the call (:class:`Held`)."""
+    return isinstance(place, Held)
 
 
 class Recorded:
@@ -110,7 +139,16 @@ def apply(writes: Iterable[tuple]) -> None:
     for place, key, value in writes:
         container = place.find()
         kind = place.kind
-        if kind in ("globals", "class"):
+        if kind == "attrs":
+            if value is DELETED:
+                container.__dict__.pop(key, None)
+            else:
+                container.__dict__[key] = value
+        elif kind == "requires_grad":
+            container.requires_grad_(value)
+        elif kind == "dict" and value is DELETED:
+            stored(type(container), "__delitem__")(container, key)
+        elif kind in ("globals", "class"):
             if value is DELETED:
                 if hasattr(container, key):
                     delattr(container, key)

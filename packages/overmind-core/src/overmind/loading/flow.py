@@ -25,12 +25,14 @@ from .. import fallback
 from .._util import gc_pause, heap_trim, interrupts
 from ..adapters import hooks
 from ..entries import arguments_ref, codec, pickling, prebuilt
+from ..entries.writes import held
 from ..errors import OvermindError, ServerError
 from ..keys import key, provenance, torch_state
 from ..shm import arena
 from . import code_deps, randomness, scope
 from . import vary as vary_mod
 from .replay import loader_logs, loader_warnings
+from .writes import arguments as argument_writes
 from .writes import recording as writes_recording
 from .writes import replay as writes_replay
 
@@ -231,12 +233,14 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
         try:
             generators = randomness.snapshot()
             modules_before, call_start_ns = code_deps.modules_now(), time.time_ns()
+            arguments_before = argument_writes.before(arguments)
             state_before = writes_recording.start()
             with loader_warnings.recording(call_frame) as warned, \
                     loader_logs.recording(lambda: len(warned.records)) as logged, \
                     _following_draws(generators) as draws:
                 result = fn(*args, **kwargs)
             wrote = writes_recording.finish(state_before)
+            changed = argument_writes.since(arguments_before)
         finally:
             stack.pop()
             if load_arena is not None:
@@ -252,6 +256,11 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
         if wrote.unreplayable is not None:  # a hit could not leave the process as this call left it
             _release(client, ck.key)
             log.info("not caching %s: %s, which a hit cannot do in its place", loader.name, wrote.unreplayable)
+            return result
+        if changed.unreplayable is not None:  # nor leave the caller's module as this call left it
+            _release(client, ck.key)
+            log.info("not caching %s: it changed %s, which a hit cannot do to the caller's module", loader.name,
+                     changed.unreplayable)
             return result
         drew = randomness.movement(generators)
         if drew.unseeded:
@@ -285,7 +294,7 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
             return result
         try:
             rebuilt = publish(client, loader, target, result, arguments, recheck, load_arena, warned.records,
-                              logged.for_entry(), after, wrote.writes)
+                              logged.for_entry(), after, wrote.writes + changed.writes)
             if target is not ck:  # the call's key names what its variants vary with
                 _publish_marker(client, loader, ck, names)
             log.info("published %s (entry %s%s) in %.3f s", loader.name, ck.key[:12],
@@ -456,10 +465,14 @@ def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments
 
     expect_meta = torch_state.makes_meta(ck.ambient)
     kept = writes_replay.for_entry(writes, result) if writes else None
+    index = None
+    if any(held(w.place) for w in writes or ()):  # its module arguments' parts by where they were as it found them
+        with writes_replay.taken_back(writes or []):
+            index = arguments_ref.ArgumentIndex(arguments, into_modules=True)
     try:
         try:
             encoded = codec.encode(result, loader, ck.summary, arguments, before_write=before_write,
-                                   arena=load_arena, expect_meta=expect_meta, writes=kept)
+                                   arena=load_arena, expect_meta=expect_meta, writes=kept, argument_index=index)
         except pickling.PicklingFailed as e:
             if kept and _pickles_alone(result, loader, ck, arguments):
                 raise WritesNotKept(f"{loader.name} wrote a value outside its result that cannot be kept for a hit "
@@ -472,9 +485,10 @@ def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments
         # An entry this one references was evicted meanwhile, or a checkpoint file it references changed: write
         # the bytes themselves instead.
         encoded = codec.encode(result, loader, ck.summary, arguments, reference_mapped=False, expect_meta=expect_meta,
-                               writes=kept)
+                               writes=kept, argument_index=index)
         res = _publish(client, ck, encoded, warned, logged, extra_meta)
-    if _plain_result_will_do(result, encoded):
+    if _plain_result_will_do(result, encoded) or any(held(w.place) for w in writes or ()):
+        # (a call that changed its module arguments returns its own result: the caller's modules hold its parts)
         for fd in res.fds.values():
             os.close(fd)
         return result

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from types import FunctionType, ModuleType
 from typing import Any
 
-from ...entries.writes import ABSENT, DELETED
+from ...entries.writes import ABSENT, DELETED, Held
 from . import marks, watched
 
 
@@ -26,7 +26,7 @@ class Write:
     """One item the loader added to a container: ``place`` names the container, ``key`` the dict key or attribute
     name (None for a set or list), ``value`` what was stored (the object itself, for a weak container)."""
 
-    place: watched.Place
+    place: watched.Place | Held  # Held: a part of a module the call was given (writes/arguments.py)
     key: Any
     value: Any
     before: Any = ABSENT  # what a global or attribute held before the write

@@ -116,7 +116,16 @@ def take_back(writes: list[Write]) -> None:
 def _undo(w: Write) -> None:
     container = w.place.find()
     kind = w.place.kind
-    if kind in ("globals", "class"):
+    if kind == "attrs":
+        if w.before is ABSENT:
+            container.__dict__.pop(w.key, None)
+        else:
+            container.__dict__[w.key] = w.before
+    elif kind == "requires_grad":
+        container.requires_grad_(w.before)
+    elif kind == "dict" and w.before is not ABSENT:
+        stored(type(container), "__setitem__")(container, w.key, w.before)
+    elif kind in ("globals", "class"):
         if w.before is ABSENT:
             delattr(container, w.key)
         else:
