@@ -118,23 +118,24 @@ def digest(module):
     for name, t in sorted(module.state_dict().items()):
         h.update(name.encode() + t.detach().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
-fn = getattr(rl, os.environ["LOADER"])
-nets = [overmind.load(fn, PATH) if os.environ.get("VIA") == "overmind" else fn(PATH)
-        for _ in range(int(os.environ.get("LOADS", "1")))]
-report({"digest": digest(nets[-1]), "ran": len(recorded_calls()), "next": torch.randn(4).tolist(),
+digests = []
+for name in os.environ["LOADERS"].split():
+    fn = getattr(rl, name)
+    digests.append(digest(overmind.load(fn, PATH) if os.environ.get("VIA") == "overmind" else fn(PATH)))
+report({"digests": digests, "ran": len(recorded_calls()), "next": torch.randn(4).tolist(),
         "os_seeded": torch.initial_seed() >= 2**32,
         "said_kept": sum("keeps values drawn at random" in m for m in records)})
 """
 
 
-def _unseeded_runs(tmp_path, runtime, loader, runs, **extra):
+def _unseeded_runs(tmp_path, runtime, loaders, runs, **extra):
     from _support.random_loaders import save_net
 
     path = save_net(str(tmp_path / "net.pt"))
-    env = {"PYTHONPATH": pythonpath_env(), "NET_PATH": path, "OVERMIND_RUNTIME_DIR": runtime, "LOADER": loader,
+    env = {"PYTHONPATH": pythonpath_env(), "NET_PATH": path, "OVERMIND_RUNTIME_DIR": runtime, "LOADERS": loaders,
            **extra}
     plain = run_fresh(UNSEEDED, env={**env, "VIA": "plain"})
-    got = [run_fresh(UNSEEDED, env={**env, "VIA": "overmind", **(more or {})}) for more in runs]
+    got = [run_fresh(UNSEEDED, env={**env, "VIA": "overmind"}) for _ in range(runs)]
     entries = run_fresh("import overmind\nfrom overmind.testing import report\n"
                         "report(len(overmind.cache_info().entries))", env=env)
     return plain, got, entries
@@ -142,21 +143,18 @@ def _unseeded_runs(tmp_path, runtime, loader, runs, **extra):
 
 def test_processes_that_never_seed_share_one_entry_of_a_loader_that_keeps_no_draw(tmp_path, overmind_runtime):
     """The plain PyTorch pattern: its random initialisation is overwritten by the checkpoint, so every process that
-    has not seeded gets the same result; the second and third run no loader and leave the generator unseeded."""
-    plain, got, entries = _unseeded_runs(tmp_path, overmind_runtime, "load_net", [None, None, None])
-    assert [g["ran"] for g in got] == [1, 0, 0]
-    assert all(g["digest"] == plain["digest"] and g["os_seeded"] for g in got)
+    has not seeded gets the same result; from the second process on it runs no loader and leaves the generator
+    unseeded. A head the checkpoint lacks keeps its draws: it is drawn anew in every process, twice in each here,
+    with one INFO line per process."""
+    plain, got, entries = _unseeded_runs(tmp_path, overmind_runtime,
+                                         "load_net load_net_with_new_head load_net_with_new_head", 3)
+    assert [g["ran"] for g in got] == [3, 2, 2]
+    assert all(g["digests"][0] == plain["digests"][0] and g["os_seeded"] for g in got)
+    heads = [d for run in (plain, *got) for d in run["digests"][1:]]
+    assert len(set(heads)) == len(heads)
+    assert [g["said_kept"] for g in got] == [1, 1, 1]
     assert len({tuple(g["next"]) for g in got}) == 3  # each generator where its own start put it
     assert entries == 2  # the call's marker and its unseeded variant
-
-
-def test_a_head_the_checkpoint_lacks_is_drawn_anew_in_every_unseeded_process(tmp_path, overmind_runtime):
-    plain, got, entries = _unseeded_runs(tmp_path, overmind_runtime, "load_net_with_new_head", [None, None],
-                                         LOADS="2")
-    assert [g["ran"] for g in got] == [2, 2]
-    assert len({g["digest"] for g in (plain, *got)}) == 3
-    assert [g["said_kept"] for g in got] == [1, 1]  # one INFO line per process, not per call
-    assert entries == 0
 
 
 def test_a_seeded_process_is_not_served_the_unseeded_entry(tmp_path, overmind_runtime):
@@ -166,18 +164,19 @@ def test_a_seeded_process_is_not_served_the_unseeded_entry(tmp_path, overmind_ru
 
     path = save_net(str(tmp_path / "net.pt"))
     env = {"PYTHONPATH": pythonpath_env(), "NET_PATH": path, "OVERMIND_RUNTIME_DIR": overmind_runtime,
-           "LOADER": "load_net"}
+           "LOADERS": "load_net"}
     seeded_plain = run_fresh(UNSEEDED, env={**env, "VIA": "plain", "SEED": "5"})
     assert run_fresh(UNSEEDED, env={**env, "VIA": "overmind"})["ran"] == 1
     for ran in (1, 0):
         got = run_fresh(UNSEEDED, env={**env, "VIA": "overmind", "SEED": "5"})
         assert got["ran"] == ran
-        assert (got["digest"], got["next"]) == (seeded_plain["digest"], seeded_plain["next"])
+        assert (got["digests"], got["next"]) == (seeded_plain["digests"], seeded_plain["next"])
 
 
 def test_a_loader_that_seeds_leaves_the_process_seeded_as_plain_does(tmp_path, overmind_runtime):
     """The generator is unseeded before the call and seeded after it: no entry can serve both, so the call runs as
     plain and the process draws afterwards what the plain process draws."""
-    plain, got, entries = _unseeded_runs(tmp_path, overmind_runtime, "load_net_seeded_inside", [None, None])
+    plain, got, entries = _unseeded_runs(tmp_path, overmind_runtime, "load_net_seeded_inside", 2)
     assert [g["ran"] for g in got] == [1, 1]
-    assert all((g["digest"], g["next"]) == (plain["digest"], plain["next"]) for g in got)
+    assert all((g["digests"], g["next"]) == (plain["digests"], plain["next"]) for g in got)
+    assert entries == 0
