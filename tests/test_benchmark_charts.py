@@ -117,3 +117,41 @@ def test_without_a_gpu_result_the_section_says_so_and_names_the_command(tmp_path
     assert "have not been run" in text and "`benchmarks/gpu/run_all.sh`" in text
     assert "No result for `minilm`" in text
     assert not (tmp_path / "img" / "gpu-bandwidth.svg").exists()
+
+
+def _variant_rows(loader: str, served: bool) -> list[dict]:
+    rows = []
+    for mode in ("seeded", "not seeded"):
+        want = {"served": True, "equal": True}
+        rows.append({"loader": loader, "variant": "a script", "mode": mode, "served": served, "same_result": True,
+                     "same_random_after": True if mode == "seeded" else None, "equal": True, "drew": False,
+                     "expected": want, "as_expected": served, "why_first": [], "why_second": []})
+    return rows
+
+
+def test_the_variants_section_shows_the_newest_result_of_each_loader(tmp_path):
+    charts = _charts()
+    results = tmp_path / "results"
+    results.mkdir()
+    machine = {"date": "2026-12-07 00:00 UTC", "load_avg": [0.1], "commit": "abc1234"}
+
+    def write(name: str, rows: list[dict], modes: bool = True) -> None:
+        data = {"command": "python benchmarks/variants.py", "machine": machine, "rows": rows}
+        (results / name).write_text(json.dumps({**data, "modes": ["seeded", "not seeded"]} if modes else data))
+
+    write("variants-20261205-000000.json", _variant_rows("transformers BertModel", True)
+          + _variant_rows("diffusers pipeline", True))
+    write("variants-20261206-000000.json", _variant_rows("transformers BertModel", False))  # newer: BertModel's
+    write("variants-20261207-000000.json", _variant_rows("timm", True))  # another loader: both stay
+    write("variants-20261208-000000.json", [{"loader": "timm", "variant": "not seeded", "served": False,
+                                             "same_result": False, "same_random_after": True}], modes=False)
+    page = _page(tmp_path, "variants")
+    assert charts.main(["--results", str(results), "--doc", str(page), "--img", str(tmp_path / "img")]) == 0
+    text = page.read_text()
+    assert "| transformers BertModel | 0 of 1 | 0 of 1 | **2** |" in text
+    assert "| diffusers pipeline | 1 of 1 | 1 of 1 | 0 |" in text and "| timm | 1 of 1 | 1 of 1 | 0 |" in text
+    assert "| a script | **miss** | yes | **miss** | yes |" in text
+    for shown in ("variants-20261205-000000.json", "variants-20261206-000000.json", "variants-20261207-000000.json"):
+        assert shown in text
+    assert "variants-20261208-000000.json" not in text  # a result without the not seeded form is not shown
+    assert text.index("transformers BertModel") < text.index("diffusers pipeline") < text.index("| timm |")
