@@ -20,7 +20,7 @@ can, the second is the measured one. A row says whether the second process's loa
   run, so the expected outcome is "not served", and a result that differs from the plain process's and from the
   first Overmind process's (each process draws its own).
 
-Tiny models (tests/_support/tiny_models.py) in a temporary folder; prints a markdown table per loader, the
+Tiny models (tests/_support/tiny_models.py) in a temporary folder, removed at the end; prints a markdown table per loader, the
 ``overmind`` logger's "not caching" / "not serving" lines (DEBUG) of each row that is not what is expected, and
 writes ``variants-<stamp>.{md,json}`` (benchmarks/charts.py puts the newest result of each loader into
 docs/benchmarks.md). Exit status 1 when any row is not what is expected.
@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -322,6 +323,7 @@ def main(argv=None) -> int:
                           + ("" if r["as_expected"] else "  NOT AS EXPECTED"), file=sys.stderr, flush=True)
     finally:
         subprocess.run([sys.executable, "-m", "overmind", "stop"], env=base, capture_output=True, timeout=60)
+        shutil.rmtree(work, ignore_errors=True)
     table = tables(rows)
     off = [r for r in rows if not r["as_expected"]]
     why = []
