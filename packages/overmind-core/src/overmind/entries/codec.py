@@ -214,12 +214,19 @@ def _decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None,
     if placeholders is None:  # a rebuild ahead of the call gets the call's spellings as it is taken (prebuilt.py)
         path_spellings.respell(obj, meta.get("spellings"), arguments)
     if writes:  # what the loader wrote outside its result, with the rebuilt objects, before anyone sees the result
+        if placeholders is not None and any(recorded_writes.held(place) for place, _, _ in writes):
+            raise NotAhead("its call changes a module it is given: the change is made to the caller's module, "
+                           "when the call is made")
         if replace_writes is not None:
             replace_writes()  # the miss: its loader's own writes (with the objects it returned) are taken back first
         recorded_writes.apply(writes)
     if not isinstance(obj, arguments_ref.Placeholder):
         remember_origin(obj, entry["key"], arguments)
     return obj, len(skeleton)
+
+
+class NotAhead(OvermindError):
+    """The entry cannot be rebuilt ahead of its call (an ``overmind run`` template's build): the message says why."""
 
 
 def remember_origin(obj: Any, key: str, arguments: dict | None) -> None:
