@@ -206,9 +206,45 @@ def test_a_drawn_tensor_the_loader_dropped_in_a_cycle_is_not_kept():
     assert verdict_of(program)[0] is None
 
 
-def test_the_reads_are_watched_only_while_a_tracker_runs():
-    plain = {name: torch.Tensor.__dict__.get(name) for name in tracker._ESCAPES}
+def _tensor_attributes() -> dict:
+    names = (*tracker._ESCAPES, *tracker.TENSOR_DRAWS)
+    return {**{n: torch.Tensor.__dict__.get(n) for n in names}, **{n: getattr(torch, n) for n in tracker.TORCH_DRAWS}}
+
+
+def test_the_mode_starts_at_the_first_draw_from_the_global_generator_and_everything_is_put_back():
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    plain = _tensor_attributes()
     follower = tracker.following()
-    assert torch.Tensor.__dict__.get("numpy") is not None
-    tracker.stop(follower)
-    assert {name: torch.Tensor.__dict__.get(name) for name in tracker._ESCAPES} == plain
+    try:
+        torch.zeros(3).normal_(generator=torch.Generator().manual_seed(1))  # a generator of the loader's own
+        assert _get_current_dispatch_mode() is None and torch.Tensor.__dict__.get("numpy") is None
+        torch.rand(2)
+        assert _get_current_dispatch_mode() is follower and torch.Tensor.__dict__.get("numpy") is not None
+    finally:
+        tracker.stop(follower)
+    assert _get_current_dispatch_mode() is None and _tensor_attributes() == plain
+
+
+class FromData(torch.Tensor):
+    """A tensor subclass made from data, as stable-fast's tracing makes them: no dispatch mode may be active."""
+
+    def __new__(cls, data):
+        return super().__new__(cls, data)
+
+
+def test_a_loader_that_draws_nothing_from_the_global_generator_runs_without_the_mode():
+    def program() -> list[torch.Tensor]:
+        drawn = torch.randn(4, generator=torch.Generator().manual_seed(0))
+        return [FromData([1.0, 2.0]), drawn]
+
+    assert verdict_of(program)[0] is None
+
+
+def test_a_draw_that_python_did_not_start_breaks_the_chain():
+    def program() -> list[torch.Tensor]:
+        torch.nn.functional.dropout(torch.ones(N), 0.5, training=True)  # drawn inside torch's C++ function
+        return [torch.ones(N)]
+
+    verdict, _ = verdict_of(program)
+    assert verdict is not None and "could not follow" in verdict

@@ -1,6 +1,14 @@
 """Follow, during a miss, the values a loader draws at random, and say whether its result keeps any.
 
-:class:`Tracker` is a torch dispatch mode: it sees every tensor operation of the loader's thread below autograd.
+:class:`Tracker` is a torch dispatch mode: it sees every tensor operation of the loader's thread below autograd. It
+starts at the loader's first draw from torch's global CPU generator: until then nothing is drawn, so nothing needs
+following, and a loader that draws nothing from it (a model built on the meta device, a generator of its own) runs
+without the mode. A mode makes torch give every tensor an operator touches a Python object, which a tensor subclass
+made from data (``Subclass([1, 2])``, as stable-fast's tracing makes) cannot take over. The first draw is seen where
+Python calls torch's random functions (``torch.rand``, ``randn``, ``randint``, ``randperm``, ``normal``,
+``bernoulli``, ``multinomial``, ``poisson``, ``*_like``, and ``Tensor.uniform_``, ``normal_`` and the other in-place
+draws), wrapped while a tracker waits: one that moved the generator marks what it wrote and enters the mode. A draw
+that starts elsewhere (inside a compiled function such as dropout) is not followed and breaks the chain below.
 
 - An operation tagged ``nondeterministic_seeded`` (``uniform_``, ``normal_``, ``randn``, ``randperm``,
   ``bernoulli``, dropout, ...) writes drawn values: the bytes it writes are marked (:mod:`.taint`).
@@ -10,7 +18,7 @@
   to a tensor whose elements are not one dense block only adds marks, never clears.
 - A marked value that reaches Python is kept: ``.item()`` and every operation that gives a Python number or a
   shape that depends on the values (``nonzero``, ``unique``), ``.tolist()``, ``.numpy()``, ``.data_ptr()`` and
-  ``__dlpack__`` (wrapped on ``torch.Tensor`` while a tracker runs). Inside ``torch.nn.init`` such reads are the
+  ``__dlpack__`` (wrapped on ``torch.Tensor`` from the first draw on). Inside ``torch.nn.init`` such reads are the
   routine's own rejection sampling, whose only effect is the tensor it fills and the generator.
 - Every draw from the default CPU generator is checked against the generator's state: a draw this mode did not
   see (another thread, a path past the dispatcher) breaks the chain, and the verdict is then that draws may be kept.
@@ -43,9 +51,15 @@ _METADATA = re.compile(r"(?!is_nonzero$)(_?is_|sym_|_has_|_nnz$|dense_dim$|spars
                        r"|output_nr$|_version$|size$|stride$|numel$|dim$|storage_offset$)")
 _OVERWRITE_SELF = frozenset({"copy_", "fill_", "zero_"})
 _ESCAPES = ("numpy", "tolist", "data_ptr", "__dlpack__")
+# where Python starts a draw: torch.Tensor's in-place draws, torch's functions that make drawn tensors
+TENSOR_DRAWS = ("uniform_", "normal_", "random_", "bernoulli_", "exponential_", "geometric_", "log_normal_",
+                "cauchy_")
+TORCH_DRAWS = ("rand", "randn", "randint", "randperm", "normal", "bernoulli", "multinomial", "poisson", "rand_like",
+               "randn_like", "randint_like")
 _active: list[Tracker] = []
 _lock = threading.Lock()
-_originals: dict[str, Any] = {}
+_originals: dict[str, Any] = {}  # torch.Tensor's reads while a tracker runs (None: inherited from TensorBase)
+_draw_originals: dict[tuple[Any, str], Any] = {}  # (torch.Tensor or torch, name): the function a wrapper calls
 
 
 class _Op(NamedTuple):
@@ -127,6 +141,8 @@ class Tracker(TorchDispatchMode):
         self.taint = Taint()
         self.kept: str | None = None  # why a drawn value may be kept, found during the call
         self._chain: bytes | None = _cpu_state()
+        self.thread = threading.get_ident()
+        self.entered = False
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -223,29 +239,97 @@ class Tracker(TorchDispatchMode):
 
 
 def following() -> Tracker:
-    """A tracker, entered: the caller runs the loader, then calls :func:`stop` with it."""
+    """A tracker waiting for the first draw of this thread: the caller runs the loader, then calls :func:`stop`."""
     tracker = Tracker()
     with _lock:
         if not _active:
-            _wrap_escapes()
+            _wrap_draws()
         _active.append(tracker)
-    tracker.__enter__()
     return tracker
 
 
 def stop(tracker: Tracker) -> None:
-    """Leave ``tracker``'s mode (in the thread that entered it) and stop watching reads for it."""
+    """Leave ``tracker``'s mode if a draw started it (in the thread that entered it), and stop watching for it."""
     try:
-        tracker.__exit__(None, None, None)
+        if tracker.entered:
+            from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+            if _get_current_dispatch_mode() is tracker:
+                tracker.__exit__(None, None, None)
+            else:  # the loader left a mode of its own above this one: it stays, and this one with it
+                tracker._keep("a dispatch mode the loader entered was still active when it returned")
     finally:
         with _lock:
             if tracker in _active:
                 _active.remove(tracker)
             if not _active:
+                _unwrap_draws()
                 _unwrap_escapes()
 
 
+def _waiting() -> list[Tracker]:
+    """The trackers of this thread that no draw has started yet."""
+    me = threading.get_ident()
+    return [t for t in _active if t.thread == me and not t.entered]
+
+
+def _started(waiting: list[Tracker], drawn: Any, before: bytes) -> None:
+    """A draw outside any mode moved torch's generator from ``before``: mark what it wrote in each tracker that
+    waited, then enter their modes (in the order they started: the outermost load's mode lies below its nested
+    loads')."""
+    with _lock:
+        _wrap_escapes()
+    after = _cpu_state()
+    for tracker in waiting:
+        if tracker._chain != before:
+            tracker._keep("torch's generator moved by draws this process could not follow before the first one it "
+                          "saw")
+        for t in _tensors(drawn):
+            span = _span(t)
+            if span is not None:
+                tracker._mark(t, span)
+        tracker._chain = after
+        tracker.entered = True
+        tracker.__enter__()
+
+
+def _wrap_draws() -> None:
+    for owner, names in ((torch.Tensor, TENSOR_DRAWS), (torch, TORCH_DRAWS)):
+        in_place = owner is torch.Tensor
+        for name in names:
+            original = getattr(owner, name, None)
+            if original is None:
+                continue
+            _draw_originals[(owner, name)] = owner.__dict__.get(name) if in_place else original
+
+            def draw(*args: Any, _original: Any = original, _in_place: bool = in_place, **kwargs: Any) -> Any:
+                waiting = _waiting() if _active else None
+                if not waiting:
+                    return _original(*args, **kwargs)
+                # a draw from the meta device, from a generator the loader made or on another device leaves the
+                # CPU generator where it was: it starts nothing
+                before = _cpu_state()
+                out = _original(*args, **kwargs)
+                if _cpu_state() != before:
+                    _started(waiting, args[0] if _in_place else out, before)
+                return out
+
+            draw.__name__ = name
+            setattr(owner, name, draw)
+
+
+def _unwrap_draws() -> None:
+    for (owner, name), original in _draw_originals.items():
+        if original is None:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, original)
+    _draw_originals.clear()
+
+
 def _wrap_escapes() -> None:
+    if _originals:  # already, for another tracker
+        return
     for how in _ESCAPES:
         original = getattr(torch.Tensor, how)
         _originals[how] = torch.Tensor.__dict__.get(how)
