@@ -39,38 +39,48 @@ STEPS = {
     "unpickle": ("overmind.entries.pickling", "loads"),
 }
 
-totals: dict[str, float] = {}
-calls: dict[str, int] = {}
-missing: list[str] = []
-_depth: dict[str, int] = {}
+
+
+class _Timers:
+    """The timers' state, held as one object's attributes: Overmind's writes recorder watches module-level
+    containers, and what the timers note while a loader runs (a collection, a nested load) is no write of the
+    loader's."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+        self.missing: list[str] = []
+        self.depth: dict[str, int] = {}
+        self.collection_start = 0.0
+
+
+_timers = _Timers()
 
 
 def _timed(name: str, fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        depth = _depth.get(name, 0)
-        _depth[name] = depth + 1
+        depth = _timers.depth.get(name, 0)
+        _timers.depth[name] = depth + 1
         t = time.perf_counter()
         try:
             return fn(*args, **kwargs)
         finally:
-            _depth[name] = depth
+            _timers.depth[name] = depth
             if depth == 0:
-                totals[name] = totals.get(name, 0.0) + time.perf_counter() - t
-                calls[name] = calls.get(name, 0) + 1
+                _timers.totals[name] = _timers.totals.get(name, 0.0) + time.perf_counter() - t
+                _timers.calls[name] = _timers.calls.get(name, 0) + 1
 
     return wrapper
 
 
-_collection_start = [0.0]
-
-
 def _collections(phase: str, info: dict) -> None:
     if phase == "start":
-        _collection_start[0] = time.perf_counter()
+        _timers.collection_start = time.perf_counter()
         return
-    name = "collector" if _depth.get("load", 0) or _depth.get("key", 0) else "collector_outside"
-    totals[name] = totals.get(name, 0.0) + time.perf_counter() - _collection_start[0]
+    name = "collector" if _timers.depth.get("load", 0) or _timers.depth.get("key", 0) else "collector_outside"
+    totals, calls = _timers.totals, _timers.calls
+    totals[name] = totals.get(name, 0.0) + time.perf_counter() - _timers.collection_start
     calls[name] = calls.get(name, 0) + 1
     if info.get("generation") == 2:
         calls[name + "_full"] = calls.get(name + "_full", 0) + 1
@@ -88,9 +98,9 @@ def install() -> None:
                 owner = getattr(owner, part)
             setattr(owner, attr, _timed(name, getattr(owner, attr)))
         except (ImportError, AttributeError):
-            missing.append(name)
+            _timers.missing.append(name)
 
 
 def result() -> dict:
     """The totals (seconds) and call counts so far, for the scenario's report."""
-    return {"totals": dict(totals), "calls": dict(calls), "missing": list(missing)}
+    return {"totals": dict(_timers.totals), "calls": dict(_timers.calls), "missing": list(_timers.missing)}

