@@ -7,19 +7,22 @@ such loaders are patched the moment the user imports their module.
 
 >>> when_imported("diffusers", lambda module: print("patch", module.__name__))
 >>> when_imported("diffusers.pipelines.auto_pipeline", lambda module: print("patch", module.__name__))
+
+``import overmind`` waits on torch's import here (``loading/draws/seeding.py``), and ``overmind run``'s launcher
+imports ``overmind``: so this module imports neither ``threading`` nor ``importlib.util`` (with what they import,
+milliseconds of a launch); ``_thread``'s lock and the other finders on ``sys.meta_path`` do their work.
 """
 from __future__ import annotations
 
-import importlib.util
+import _thread
 import sys
-import threading
 from types import ModuleType
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Callable
 
-_lock = threading.RLock()
+_lock = _thread.RLock()
 _callbacks: dict[str, list[Callable[[ModuleType], None]]] = {}
 _busy: set[str] = set()
 
@@ -71,9 +74,14 @@ class _Finder:
             return None
         _busy.add(fullname)
         try:
-            # A submodule: its parent is imported by now (the import system imports parents first), so this
-            # asks the other finders along the parent's __path__.
-            spec = importlib.util.find_spec(fullname)
+            # the other finders, as the import system asks them (for a submodule, ``path`` is its parent's __path__)
+            spec = None
+            for finder in list(sys.meta_path):
+                find = getattr(finder, "find_spec", None)
+                if finder is not self and find is not None:
+                    spec = find(fullname, path, target)
+                    if spec is not None:
+                        break
         finally:
             _busy.discard(fullname)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):

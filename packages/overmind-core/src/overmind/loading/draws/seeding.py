@@ -18,9 +18,9 @@ torch imported before ``overmind`` counts as seeded for good: what the program d
 watch (a 64-bit seed of its own, a saved state set back) cannot be told from torch's own start. The generator's own
 ``set_state`` with a state saved from the same stream, called directly on ``torch.default_generator``, is not seen.
 
-This module imports nothing but :mod:`sys`: ``import overmind`` runs :func:`watch`, and ``overmind run``'s launcher
-imports ``overmind`` without ``threading``, ``functools`` or ``importlib.util``; so it has a finder of its own for
-torch's import.
+``import overmind`` runs :func:`watch`, and ``overmind run``'s launcher imports ``overmind``: this module imports
+only :mod:`sys` and the post-import hooks (``adapters/importwatch.py``, as light), and ``functools`` once torch is
+imported.
 """
 from __future__ import annotations
 
@@ -55,12 +55,16 @@ def watch() -> None:
     if "torch" in sys.modules:  # imported before the watch: what happened to its generator is unknown
         _wrap(sys.modules["torch"], seen_import=False)
         return
-    sys.meta_path.insert(0, _TorchImport())
+    from ...adapters import importwatch
+
+    importwatch.when_imported("torch", _on_torch_import)
 
 
 def unwatch() -> None:
     """Put every wrapped function back and forget the import's seed (tests)."""
-    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _TorchImport)]
+    from ...adapters import importwatch
+
+    importwatch.cancel(_on_torch_import)
     for (module_name, name), original in _State.wrapped.items():
         module = sys.modules.get(module_name)
         if module is not None and getattr(getattr(module, name, None), "_overmind_seeding", False):
@@ -102,49 +106,8 @@ def seeded_from_os() -> None:
         _State.seedings = 0
 
 
-class _TorchImport:
-    """A finder that finds nothing itself: it wraps the loader the other finders give for ``torch``, so that the
-    watch starts the moment torch's import has run, and then leaves ``sys.meta_path``."""
-
-    busy = False
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != "torch" or self.busy:
-            return None
-        self.busy = True
-        try:
-            spec = None
-            for finder in list(sys.meta_path):
-                find = getattr(finder, "find_spec", None)
-                if finder is not self and find is not None:
-                    spec = find(fullname, path, target)
-                    if spec is not None:
-                        break
-        finally:
-            self.busy = False
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return None
-        spec.loader = _WatchingLoader(spec.loader)
-        return spec
-
-
-class _WatchingLoader:
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    def create_module(self, spec: Any) -> Any:
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        module.__loader__ = self._inner  # nothing after the import sees this wrapper
-        if module.__spec__ is not None:
-            module.__spec__.loader = self._inner
-        self._inner.exec_module(module)
-        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _TorchImport)]
-        _wrap(sys.modules.get("torch", module), seen_import=True)
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(self._inner, attr)
+def _on_torch_import(torch: ModuleType) -> None:
+    _wrap(torch, seen_import=True)
 
 
 def _wrap(torch: ModuleType, seen_import: bool) -> None:
