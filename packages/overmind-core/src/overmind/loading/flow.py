@@ -263,7 +263,7 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
                      changed.unreplayable)
             return result
         drew = randomness.movement(generators)
-        if drew.unseeded:
+        if drew.unseeded:  # the snapshot said unseeded, so a tracker followed the call
             kept = draws.verdict(result)
             if kept is not None:  # each unseeded process draws its own, as plain does
                 _release(client, ck.key)
@@ -319,19 +319,13 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
     return rebuilt
 
 
-class _NoDraws:
-    """Stands for a tracker where none follows the call: its draws are never judged."""
-
-    def verdict(self, result: Any = None) -> str:
-        return "its draws were not followed (torch was not imported before the call)"
-
-
 @contextlib.contextmanager
 def _following_draws(generators: dict) -> Iterator[Any]:
     """Follow the loader's draws (``draws/tracker.py``) where the program has not seeded torch's generator: only
-    there can a result that keeps no drawn value be served to other processes without their states."""
+    there can a result that keeps no drawn value be served to other processes without their states. None
+    elsewhere: the generators' movement is then never unseeded (``randomness.movement``)."""
     if not randomness.unseeded_in(generators):
-        yield _NoDraws()
+        yield None
         return
     from .draws import tracker
 
@@ -465,8 +459,9 @@ def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments
 
     expect_meta = torch_state.makes_meta(ck.ambient)
     kept = writes_replay.for_entry(writes, result) if writes else None
+    changes_arguments = any(held(w.place) for w in writes or ())
     index = None
-    if any(held(w.place) for w in writes or ()):  # its module arguments' parts by where they were as it found them
+    if changes_arguments:  # its module arguments' parts by where they were as it found them
         with writes_replay.taken_back(writes or []):
             index = arguments_ref.ArgumentIndex(arguments, into_modules=True)
     try:
@@ -487,7 +482,7 @@ def publish(client, loader: key.Loader, ck: key.CacheKey, result: Any, arguments
         encoded = codec.encode(result, loader, ck.summary, arguments, reference_mapped=False, expect_meta=expect_meta,
                                writes=kept, argument_index=index)
         res = _publish(client, ck, encoded, warned, logged, extra_meta)
-    if _plain_result_will_do(result, encoded) or any(held(w.place) for w in writes or ()):
+    if changes_arguments or _plain_result_will_do(result, encoded):
         # (a call that changed its module arguments returns its own result: the caller's modules hold its parts)
         for fd in res.fds.values():
             os.close(fd)

@@ -58,8 +58,9 @@ TORCH_DRAWS = ("rand", "randn", "randint", "randperm", "normal", "bernoulli", "m
                "randn_like", "randint_like")
 _active: list[Tracker] = []
 _lock = threading.Lock()
-_originals: dict[str, Any] = {}  # torch.Tensor's reads while a tracker runs (None: inherited from TensorBase)
-_draw_originals: dict[tuple[Any, str], Any] = {}  # (torch.Tensor or torch, name): the function a wrapper calls
+# (torch.Tensor or torch, name): what the attribute was before its wrapper (None: torch.Tensor inherits it)
+_draw_originals: dict[tuple[Any, str], Any] = {}  # the draws, wrapped while a tracker waits or runs
+_read_originals: dict[tuple[Any, str], Any] = {}  # the reads, wrapped from the first draw on
 
 
 class _Op(NamedTuple):
@@ -140,7 +141,7 @@ class Tracker(TorchDispatchMode):
         super().__init__()
         self.taint = Taint()
         self.kept: str | None = None  # why a drawn value may be kept, found during the call
-        self._chain: bytes | None = _cpu_state()
+        self._chain = _cpu_state()  # the CPU generator's state after the last draw followed
         self.thread = threading.get_ident()
         self.entered = False
 
@@ -168,7 +169,7 @@ class Tracker(TorchDispatchMode):
         return out
 
     def _check_chain(self) -> None:
-        if self._chain is not None and _cpu_state() != self._chain:
+        if _cpu_state() != self._chain:
             self._keep("torch's generator moved by draws this process could not follow (another thread, or a "
                        "path that does not go through torch's dispatcher)")
 
@@ -181,8 +182,9 @@ class Tracker(TorchDispatchMode):
                 written.append((t, overwrite))
                 if overwrite:
                     overwritten.add(id(t))
-        inputs = [t for a in (*args, *kwargs.values()) for t in _tensors(a)]
-        drawn = op.draws or any(self._marked(t) for t in inputs if id(t) not in overwritten)
+        inputs = [(t, _span(t)) for a in (*args, *kwargs.values()) for t in _tensors(a)]
+        drawn = op.draws or any(span is not None and self.taint.overlaps(span.key, span.start, span.stop)
+                                for t, span in inputs if id(t) not in overwritten)
         for t, overwrite in written:
             span = _span(t)
             if span is None:
@@ -191,7 +193,7 @@ class Tracker(TorchDispatchMode):
                 self._mark(t, span)
             elif overwrite and span.dense:
                 self.taint.clear(span.key, span.start, span.stop)
-        sources = {s.key for s in map(_span, inputs) if s is not None}
+        sources = {span.key for _, span in inputs if span is not None}
         for t in _tensors(out):
             span = _span(t)
             if span is None:
@@ -263,8 +265,8 @@ def stop(tracker: Tracker) -> None:
             if tracker in _active:
                 _active.remove(tracker)
             if not _active:
-                _unwrap_draws()
-                _unwrap_escapes()
+                _put_back(_draw_originals)
+                _put_back(_read_originals)
 
 
 def _waiting() -> list[Tracker]:
@@ -300,7 +302,6 @@ def _wrap_draws() -> None:
             original = getattr(owner, name, None)
             if original is None:
                 continue
-            _draw_originals[(owner, name)] = owner.__dict__.get(name) if in_place else original
 
             def draw(*args: Any, _original: Any = original, _in_place: bool = in_place, **kwargs: Any) -> Any:
                 waiting = _waiting() if _active else None
@@ -314,42 +315,38 @@ def _wrap_draws() -> None:
                     _started(waiting, args[0] if _in_place else out, before)
                 return out
 
-            draw.__name__ = name
-            setattr(owner, name, draw)
-
-
-def _unwrap_draws() -> None:
-    for (owner, name), original in _draw_originals.items():
-        if original is None:
-            delattr(owner, name)
-        else:
-            setattr(owner, name, original)
-    _draw_originals.clear()
+            _replace(owner, name, draw, _draw_originals)
 
 
 def _wrap_escapes() -> None:
-    if _originals:  # already, for another tracker
+    if _read_originals:  # already, for another tracker
         return
     for how in _ESCAPES:
         original = getattr(torch.Tensor, how)
-        _originals[how] = torch.Tensor.__dict__.get(how)
 
         def read(self: torch.Tensor, *args: Any, _how: str = how, _original: Any = original, **kwargs: Any) -> Any:
             for tracker in list(_active):
                 tracker.escaped(self, _how)
             return _original(self, *args, **kwargs)
 
-        read.__name__ = how
-        setattr(torch.Tensor, how, read)
+        _replace(torch.Tensor, how, read, _read_originals)
 
 
-def _unwrap_escapes() -> None:
-    for how, original in _originals.items():
+def _replace(owner: Any, name: str, wrapper: Any, originals: dict[tuple[Any, str], Any]) -> None:
+    """Set ``owner.name`` to ``wrapper``, noting in ``originals`` what to put back (:func:`_put_back`)."""
+    originals[(owner, name)] = owner.__dict__.get(name)
+    wrapper.__name__ = name
+    setattr(owner, name, wrapper)
+
+
+def _put_back(originals: dict[tuple[Any, str], Any]) -> None:
+    """Undo :func:`_replace` for every attribute noted in ``originals``."""
+    for (owner, name), original in originals.items():
         if original is None:
-            delattr(torch.Tensor, how)
+            delattr(owner, name)
         else:
-            setattr(torch.Tensor, how, original)
-    _originals.clear()
+            setattr(owner, name, original)
+    originals.clear()
 
 
 def _cpu_state() -> bytes:

@@ -26,8 +26,6 @@ from typing import Any
 from ...entries.writes import ABSENT, DELETED, Held
 from .changes import Write
 
-_CONTAINERS = (dict, set)
-
 
 @dataclass
 class _Module:
@@ -69,7 +67,7 @@ def before(arguments: dict | None) -> Before | None:
             seen.add(id(module))
             attrs = dict(module.__dict__)
             containers = {k: (dict(v) if isinstance(v, dict) else set(v)) for k, v in attrs.items()
-                          if type(v) in (dict, set) or isinstance(v, dict)}
+                          if isinstance(v, dict) or type(v) is set}
             modules.append(_Module(path, module, attrs, containers))
             for kind in ("_parameters", "_buffers"):
                 for tname, t in attrs.get(kind, {}).items():
