@@ -19,7 +19,7 @@ from ._version import __version__
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, ParamSpec, TypeVar
+    from typing import Any, Callable, ContextManager, ParamSpec, TypeVar
 
     from .inspection import CacheInfo, EvictResult
 
@@ -35,7 +35,7 @@ def _watch_seeding() -> None:
 
 _watch_seeding()
 
-__all__ = ["load", "activate", "deactivate", "cache_info", "evict", "hookimpl", "__version__"]
+__all__ = ["load", "admitting", "activate", "deactivate", "cache_info", "evict", "hookimpl", "__version__"]
 
 
 def load(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -43,17 +43,38 @@ def load(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
 
     Typed as ``fn`` is: a type checker takes the arguments ``fn`` takes, and the result for what ``fn`` returns.
 
-    The first call on this machine runs ``fn`` and publishes the result; later calls, in this or any other
-    process of the same user, get an equal, independent object whose tensors are mapped copy-on-write from
-    shared memory. Any failure of the cache gives the plain result with one warning. ``fn`` is a function, a
-    classmethod, or a class, whose construction is then the load.
+    The first call of a key in the server's life runs ``fn`` plainly and leaves a mark; the next call, in this or
+    any other process of the same user, runs ``fn`` and publishes the result (so does a call that arrives while
+    another process is loading it); later calls get an equal, independent object whose tensors are mapped
+    copy-on-write from shared memory. ``admit="first"`` publishes on the first call already (as
+    ``OVERMIND_ADMIT=first`` and :func:`admitting` do); ``admit="reuse"`` keeps the default whatever that setting
+    says. ``admit`` is Overmind's, never passed to ``fn``: a loader that takes an ``admit`` argument itself gets it
+    through :func:`functools.partial`, and a type checker, which reads ``load`` as ``fn``, takes
+    ``with overmind.admitting("first"):`` instead. Any failure of the cache gives the plain result with one
+    warning. ``fn`` is a function, a classmethod, or a class, whose construction is then the load.
 
     >>> unet = overmind.load(UNet2DConditionModel.from_pretrained, ckpt, subfolder="unet")
-    >>> st = overmind.load(SentenceTransformer, path)
+    >>> st = overmind.load(SentenceTransformer, path, admit="first")
     """
-    from .loading.flow import load as _load
+    from .loading import flow
 
-    return _load(fn, *args, **kwargs)
+    admit = kwargs.pop("admit", None)
+    if admit is None:
+        return flow.load(fn, *args, **kwargs)
+    with flow.admitting(admit):  # type: ignore[arg-type]  # (a bad value is the ValueError that names the fix)
+        return flow.load(fn, *args, **kwargs)
+
+
+def admitting(policy: str) -> ContextManager[None]:
+    """Loads in this block (``overmind.load`` and the patched loaders, nested loads included) publish their entries
+    by ``policy``: ``"first"`` on their first load, ``"reuse"`` once reused (the default, ``OVERMIND_ADMIT``).
+
+    >>> with overmind.admitting("first"):
+    ...     pipe = StableDiffusionPipeline.from_pretrained(path)   # published now: the next process hits
+    """
+    from .loading import admission_by_reuse
+
+    return admission_by_reuse.admitting(policy)
 
 
 def activate(*, strict: bool = False) -> list[str]:

@@ -39,6 +39,23 @@ class CacheFile:
 
 
 @dataclass(frozen=True)
+class CacheMark:
+    """A key loaded once and not published (admission by reuse): its next load publishes."""
+
+    key: str
+    loader: str  # the loader's qualified name
+    summary: str  # the call's arguments, shortened
+    nbytes: int  # the storage bytes its entry would hold (0: unknown)
+    first_load: float
+    last_load: float
+    loads: int  # loads that ended with this mark
+
+    @property
+    def short_loader(self) -> str:
+        return ".".join(self.loader.split(".")[-2:])
+
+
+@dataclass(frozen=True)
 class CacheEntry:
     """One cached load result."""
 
@@ -86,6 +103,7 @@ class CacheInfo:
     entries: tuple[CacheEntry, ...] = ()
     status: dict[str, Any] = field(default_factory=dict)
     files: tuple[CacheFile, ...] = ()  # the checkpoint files entries reference
+    marks: tuple[CacheMark, ...] = ()  # keys loaded once and not published: their next load publishes
 
     @property
     def size_on_server(self) -> int:
@@ -106,7 +124,8 @@ class CacheInfo:
         return {"running": self.running, "runtime_dir": self.runtime_dir, "status": self.status,
                 "entries": [e.to_json() for e in self.entries], "size_on_server": self.size_on_server,
                 "hit_rate": self.hit_rate, "files": [dict(asdict(f), referenced_by=list(f.referenced_by))
-                                                     for f in self.files], "file_bytes": self.file_bytes}
+                                                     for f in self.files], "file_bytes": self.file_bytes,
+                "marks": [asdict(m) for m in self.marks]}
 
 
 @dataclass(frozen=True)
@@ -179,7 +198,10 @@ def cache_info(runtime_dir: str | None = None, *, processes: bool = True, contro
             created=float(e.get("created", 0)), last_used=float(e.get("last_used", 0)),
             deps=tuple(e.get("deps") or ()), referenced_by=tuple(e.get("referenced_by") or ()), mapped_by=pids,
             meta=meta, files=tuple(files[f] for f in sorted(_file_closure(e["entry_id"], by_id)) if f in files)))
-    return CacheInfo(True, client.runtime_dir, tuple(entries), status, tuple(files.values()))
+    marks = tuple(CacheMark(str(m.get("key", "")), str(m.get("loader", "")), str(m.get("summary", "")),
+                            int(m.get("nbytes", 0)), float(m.get("first_load", 0)), float(m.get("last_load", 0)),
+                            int(m.get("loads", 0))) for m in listed.get("marks", []))
+    return CacheInfo(True, client.runtime_dir, tuple(entries), status, tuple(files.values()), marks)
 
 
 def resolve(prefix: str, entries: Iterable[CacheEntry]) -> CacheEntry:

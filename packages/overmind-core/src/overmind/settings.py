@@ -178,6 +178,10 @@ DECLARED: tuple[Setting, ...] = (
             "a miss's CPU allocations of 1 MiB or more (an fp32 checkpoint's tensors converted to fp16) are made in "
             "the memory that becomes its entry, so they are written once instead of copied (needs overmind.native._C)",
             parse_bool, "never"),
+    Setting("OVERMIND_ADMIT", "admit", "reuse", "reuse or first",
+            "when a load publishes its entry: reuse (the first load of a key in the server's life returns the plain "
+            "result and leaves a mark; the next load, or one that waited on the first, publishes) or first (every "
+            "miss publishes; 'overmind warm' runs a program so)", _choice("reuse", "first"), "always"),
     Setting("OVERMIND_LOG_MAX_BYTES", "log_max_bytes", 16 << 20, "a size in bytes with an optional K, M, G or T "
             "suffix, e.g. OVERMIND_LOG_MAX_BYTES=16M", "server: the log rotates at this size (3 old logs kept)",
             parse_size, "big", default_text="16M"),
@@ -227,6 +231,7 @@ class Settings(Frozen):
     pinned_copies: bool
     dedup: bool
     write_once: bool
+    admit: str
     log_max_bytes: int
     run_disable: bool
     preload: str | None

@@ -2,7 +2,9 @@
 
 Fixtures:
 
-* ``overmind_runtime``: a private runtime directory (so a private server) for one test, stopped after.
+* ``overmind_runtime``: a private runtime directory (so a private server) for one test, stopped after, with
+  ``OVERMIND_ADMIT=first``: a test's first load publishes, so loading twice is a miss then a hit. A test of
+  admission by reuse (the default a user gets) sets ``OVERMIND_ADMIT=reuse`` itself.
 
 Functions:
 
@@ -60,18 +62,21 @@ def clear_calls(log: str = "calls") -> None:
 
 
 @contextlib.contextmanager
-def isolated_runtime() -> Iterator[str]:
-    """Point ``OVERMIND_RUNTIME_DIR`` at a fresh short folder; stop its server and remove it afterwards."""
+def isolated_runtime(admit: str = "first") -> Iterator[str]:
+    """Point ``OVERMIND_RUNTIME_DIR`` at a fresh short folder, with ``OVERMIND_ADMIT=admit`` (``first``: every
+    miss publishes); stop its server and remove it afterwards, and put both variables back."""
     path = tempfile.mkdtemp(prefix="om-", dir="/tmp")  # Unix socket paths are limited to 108 bytes
-    old = os.environ.get("OVERMIND_RUNTIME_DIR")
+    old = {name: os.environ.get(name) for name in ("OVERMIND_RUNTIME_DIR", "OVERMIND_ADMIT")}
     os.environ["OVERMIND_RUNTIME_DIR"] = path
+    os.environ["OVERMIND_ADMIT"] = admit
     try:
         yield path
     finally:
-        if old is None:
-            os.environ.pop("OVERMIND_RUNTIME_DIR", None)
-        else:
-            os.environ["OVERMIND_RUNTIME_DIR"] = old
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         stop_servers(path)
         shutil.rmtree(path, ignore_errors=True)
 

@@ -97,6 +97,12 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--json", action="store_true", help="print the checks and the settings as JSON")
     doctor.set_defaults(func=cmd_doctor)
 
+    warm = sub.add_parser("warm", help="run a program whose loads publish on their first load (OVERMIND_ADMIT=first), "
+                                       "so that the next process hits: overmind warm -- python serve.py")
+    warm.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]",
+                      help="the command line to run, after '--'; it exits as the program does")
+    warm.set_defaults(func=cmd_warm)
+
     build = sub.add_parser("build-native", help="compile overmind.native._C for the installed torch (about a "
                                                 "minute; for a torch other than the one it was installed with)")
     build.add_argument("--force", action="store_true", help="compile even if an extension for this torch serves")
@@ -146,7 +152,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_ls(args: argparse.Namespace) -> int:
     from ..inspection import cache_info
-    from .listing import SORTS, render
+    from .listing import SORTS, render, render_marks
 
     info = cache_info(args.runtime_dir, control=True)
     if not info.running:
@@ -162,6 +168,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
         return 0
     for line in render(entries, sort=args.sort):
         print(line)
+    marks = [m for m in info.marks if not args.loader or args.loader.lower() in m.loader.lower()]
+    if marks:
+        print()
+        for line in render_marks(marks):
+            print(line)
     return 0
 
 
@@ -181,6 +192,9 @@ def _print_status(st: dict[str, Any]) -> None:
         *([("hits", f"{st['hits']} of {st['gets']} gets ({_percent(st['hits'], st['gets'])}), "
                     f"{human_bytes(st.get('bytes_served', 0))} served; {st.get('publishes', 0)} published, "
                     f"{st.get('evictions', 0)} evicted")] if "gets" in st else []),
+        *([("marks", f"{st['marks']} key{'s' if st['marks'] != 1 else ''} loaded once, not cached "
+                     f"({human_bytes(st.get('marked_bytes', 0))}): the next load of each publishes it")]
+          if st.get("marks") else []),
         *([("refused", f"{st['refused_keys']} key{'s' if st['refused_keys'] != 1 else ''} larger than the budget, "
                        f"loaded plainly (OVERMIND_MAX_BYTES)")] if st.get("refused_keys") else []),
         # The status request itself is one of the connections; don't count it as a client.
@@ -254,6 +268,26 @@ def cmd_stop(args: argparse.Namespace) -> int:
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
         stop_templates(args)
     return 0 if out["stopped"] or out["how"] is None else 1
+
+
+def cmd_warm(args: argparse.Namespace) -> int:
+    """Replace this process with the program, its environment saying ``OVERMIND_ADMIT=first``."""
+    program = args.program[1:] if args.program[:1] == ["--"] else args.program
+    if not program:
+        print("overmind warm: name the program to run after '--', e.g. overmind warm -- python serve.py",
+              file=sys.stderr)
+        return 2
+    env = dict(os.environ, OVERMIND_ADMIT="first")
+    if args.runtime_dir:
+        env["OVERMIND_RUNTIME_DIR"] = args.runtime_dir
+    sys.stdout.flush()
+    try:
+        os.execvpe(program[0], program, env)
+    except OSError as exc:
+        print(f"overmind warm: cannot run {program[0]!r}: {exc.strerror}; give a command on PATH or a path to an "
+              f"executable", file=sys.stderr)
+        return 1
+    return 0  # not reached: exec replaced this process
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

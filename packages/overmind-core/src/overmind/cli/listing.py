@@ -1,4 +1,5 @@
-"""The ``overmind ls`` table: one row per entry, fitted to the terminal's width.
+"""The ``overmind ls`` table: one row per entry, fitted to the terminal's width, then the keys loaded once and not
+published (marks: their next load publishes).
 
 Each row shows the part of an entry's arguments that tells it apart from the others: the directory prefix
 every listed path shares is shown as ``…/``, whitespace (a multi-line repr) is folded into single spaces, and
@@ -15,7 +16,7 @@ import time
 from typing import Iterable, Sequence
 
 from .._util.humanize import human_bytes, human_duration
-from ..inspection import CacheEntry
+from ..inspection import CacheEntry, CacheMark
 
 SORTS = {"last-use": lambda e: -e.last_used, "size": lambda e: -(e.nbytes + e.referenced_nbytes),
          "hits": lambda e: -e.hits}
@@ -152,6 +153,27 @@ def render(entries: Iterable[CacheEntry], width: int | None = None, *, sort: str
         parts.append(_cut_end(r[-1], room))
         lines.append(_GAP.join(parts).rstrip()[:width])
     lines.append(fit(total_line(rows, known), width))
+    return lines
+
+
+def render_marks(marks: Sequence[CacheMark], width: int | None = None, *, now: float | None = None) -> list[str]:
+    """The keys loaded once and not published, most recent first, under a line that says what they are."""
+    if not marks:
+        return []
+    width = width or terminal_width() or 1 << 20
+    now = time.time() if now is None else now
+    rows = sorted(marks, key=lambda m: -m.last_load)
+    n = unique_prefixes([m.key for m in rows])
+    args = distinguishing([m.summary for m in rows])
+    table = [["KEY", "SIZE", "LOADS", "LAST LOAD", "LOADER", "ARGUMENTS"]]
+    table += [[m.key[:n], human_bytes(m.nbytes) if m.nbytes else "?", str(m.loads),
+               human_duration(now - m.last_load) + " ago", m.short_loader, a] for m, a in zip(rows, args)]
+    widths = [max(len(r[i]) for r in table) for i in range(5)]
+    room = max(8, width - sum(w + len(_GAP) for w in widths))
+    count = f"{len(rows)} key{'s' if len(rows) != 1 else ''}"
+    lines = [fit(f"loaded once, not cached ({count}): the next load of each publishes it", width)]
+    for r in table:
+        lines.append(_GAP.join([c.ljust(w) for c, w in zip(r, widths)] + [_cut_end(r[5], room)]).rstrip()[:width])
     return lines
 
 

@@ -1,7 +1,7 @@
-"""The ``overmind`` command: ``serve | status | ls | evict PREFIX...|--all | stop | doctor | run``.
+"""The ``overmind`` command: ``serve | status | ls | evict PREFIX...|--all | stop | doctor | warm | run``.
 
 Inspection commands never start a server: ``status`` and ``ls`` on a machine where none runs say so. Every
-command takes ``--json``: ``serve --json`` prints one JSON line per event on stdout (``listening``,
+command but ``warm`` takes ``--json``: ``serve --json`` prints one JSON line per event on stdout (``listening``,
 ``template``, ``exited``: :func:`cmd_serve`); ``run --json`` writes one JSON line on stderr once the program
 ended (its stdout is the program's: ``overmind.runner.commands.run_report``). The module imports only the
 standard library and the light parts of overmind (no torch) until ``doctor`` checks the zero-copy
@@ -18,7 +18,7 @@ Exit status (``EXIT_CODES``): 0 done; 1 failed (no server running for status/ls/
 no entry or several, an entry refused, a doctor check failed, any Overmind error); 2 usage error (``serve``:
 also a bad setting); 3 ``serve``: a server already serves this runtime directory; 130 interrupted (Ctrl-C);
 141 the output was closed early (``overmind ls --json | head``: no traceback). ``run`` exits as its program
-did.
+did, and so does ``warm`` (it runs its program with ``OVERMIND_ADMIT=first``).
 """
 from __future__ import annotations
 

@@ -65,7 +65,9 @@ class GetResult:
     On a hit, ``entry`` is ``{entry_id, key, nbytes, meta, deps}`` and ``fds`` maps the entry's id and the
     ids of every entry it transitively depends on to open fds that the caller owns and must close. When
     ``refused`` (the key's entry is larger than the whole budget), ``refusal`` says why, with its ``message``;
-    when ``claimed``, ``room`` is what an entry may take before the publisher must ask ``admit``.
+    when ``claimed``, ``room`` is what an entry may take before the publisher must ask ``admit``, and ``first``
+    says that no load of the key left a mark in the server's life: its loader asks ``first_done`` before it
+    publishes (admission by reuse, ``server/marks.py``).
     """
 
     status: str
@@ -73,6 +75,7 @@ class GetResult:
     fds: dict[str, int] = field(default_factory=dict)
     room: int | None = None  # claimed: the bytes an entry may take before its publisher must ask ``admit``
     refusal: dict[str, Any] | None = None  # refused: why, the sizes and the message (server/admission.py)
+    first: bool = False  # claimed: the key's first load in the server's life (server/marks.py)
 
     def close(self) -> None:
         """Close every fd of this result (when the caller does not keep them)."""
@@ -118,7 +121,8 @@ class Client:
                 reply, fds = self._get_once(key, claim, wait_s, quiet)
             if reply["status"] != "hit":
                 close_fds(fds)
-                return GetResult(reply["status"], room=reply.get("room"), refusal=reply.get("refused"))
+                return GetResult(reply["status"], room=reply.get("room"), refusal=reply.get("refused"),
+                                 first=reply.get("first") is True)
             return GetResult("hit", reply["entry"], self._pair(reply.get("fd_entries", []), fds))
         except (ReplyTimeout, *_BROKEN):
             close_fds(fds)
@@ -198,6 +202,16 @@ class Client:
         close_fds(fds)
         return {k: v for k, v in reply.items() if k not in ("ok", "id")}
 
+    def first_done(self, key: str, nbytes: int, loader: str = "", summary: str = "") -> bool:
+        """A first load of ``key`` ran under this thread's claim: whether to publish it (another process asked for
+        it meanwhile, and waits for the entry). False: the server marked the key, with ``nbytes`` as its entry's
+        estimated size (``loader`` and ``summary`` say what it is, for ``overmind ls``), and released the claim; the
+        next load publishes (``server/marks.py``)."""
+        reply, fds = self._request({"op": "first_done", "key": key, "nbytes": int(nbytes), "loader": loader,
+                                    "summary": summary})
+        close_fds(fds)
+        return bool(reply.get("publish"))
+
     # ---- mark_bad (server op 'bad', owned by the server side) ----
     def mark_bad(self, key: str, entry_id: str) -> bool:
         """Tell the server entry ``entry_id`` of ``key`` does not rebuild: it stops serving it (the next get
@@ -232,9 +246,11 @@ class Client:
 
     def ls_all(self) -> dict[str, Any]:
         """The whole ``ls`` reply: ``entries`` as :meth:`ls`, and ``files``, the checkpoint files entries
-        reference (``entry_id``, ``path``, ``nbytes``, ``referenced_by``, ``changed``)."""
+        reference (``entry_id``, ``path``, ``nbytes``, ``referenced_by``, ``changed``), and ``marks``, the keys
+        loaded once and not published (``key``, ``nbytes``, ``loader``, ``summary``, ``first_load``, ``last_load``,
+        ``loads``: ``server/marks.py``)."""
         reply = self._plain({"op": "ls"})
-        return {"entries": reply["entries"], "files": reply.get("files", [])}
+        return {"entries": reply["entries"], "files": reply.get("files", []), "marks": reply.get("marks", [])}
 
     def evict(self, key: str | None = None, all: bool = False) -> dict[str, Any]:
         """Evict ``key`` or everything; returns ``{"evicted": [keys], "refused": [{key, reason}]}``."""

@@ -1,6 +1,8 @@
 """``load()``: key -> hit | miss -> publish, and the policy that the user's load never breaks.
 
-A hit maps the entry (and the entries it references) copy-on-write and unpickles the skeleton. A miss
+A hit maps the entry (and the entries it references) copy-on-write and unpickles the skeleton. The first load
+of a key in the server's life runs the loader plainly and returns its result, leaving only a mark in the server
+(admission by reuse: ``admission_by_reuse.py``, ``server/marks.py``). A later miss
 runs the loader here, pickles the result with its storages out of band, writes a sealed memfd, publishes
 it, and returns the object rebuilt from that memfd, so this process shares the weights too and a later
 load that is given this object (``vae=vae``) references its entry instead of copying it; a result that would
@@ -29,7 +31,7 @@ from ..entries.writes import held
 from ..errors import OvermindError, ServerError
 from ..keys import key, provenance, torch_state
 from ..shm import arena
-from . import code_deps, randomness, scope
+from . import admission_by_reuse, code_deps, randomness, scope
 from . import vary as vary_mod
 from .replay import loader_logs, loader_warnings
 from .writes import arguments as argument_writes
@@ -51,6 +53,9 @@ def _loading_stack() -> list[str]:
     if stack is None:
         stack = _local.stack = []
     return stack
+
+
+admitting = admission_by_reuse.admitting  # ``with flow.admitting("first"):`` (overmind.load's ``admit``)
 
 
 def load(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
@@ -205,7 +210,9 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
 
     try:
         room = res.room  # None: this process started the server (it holds nothing yet)
-        return _load_claimed(client, loader, ck, args, kwargs, recheck, arguments, stack, call_frame, vary, room)
+        first = started or res.first  # a server this process started has marked nothing yet
+        return _load_claimed(client, loader, ck, args, kwargs, recheck, arguments, stack, call_frame, vary, room,
+                             first and not admission_by_reuse.publishes_first())
     except BaseException:
         # The loader raised, or Ctrl-C / a signal handler's exception arrived anywhere while this call held the
         # claim: give it back now, or other processes wait on it until this connection closes.
@@ -219,16 +226,18 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
 
 def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict,
                   recheck: _Recheck | None, arguments: dict | None, stack: list, call_frame: Any = None,
-                  vary: list[str] | None = None, room: int | None = None) -> Any:
+                  vary: list[str] | None = None, room: int | None = None, first: bool = False) -> Any:
     """Run the loader under this call's claim, then publish; exceptions of the loader propagate. The warnings it
     issues are shown as plain shows them, and kept in the entry for hits (``replay/loader_warnings.py``). A loader that
-    drew from the global generators is published as a variant of its call (loading/randomness.py)."""
+    drew from the global generators is published as a variant of its call (loading/randomness.py). ``first``: the
+    key's first load, which publishes only where it is reused meanwhile (``admission_by_reuse.py``)."""
     fn = loader.fn
     run = fallback.LoaderRun(outermost=not stack)
     stack.append(ck.key)
     t0 = time.perf_counter()
-    # The loader's large CPU allocations go straight into the memfd that becomes the entry (shm/arena.py).
-    load_arena = arena.open_arena()
+    # The loader's large CPU allocations go straight into the memfd that becomes the entry (shm/arena.py); a first
+    # load, which most often publishes nothing, allocates as plain does.
+    load_arena = None if first else arena.open_arena()
     try:
         try:
             generators = randomness.snapshot()
@@ -286,6 +295,8 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
                 log.debug("not caching %s: %s", loader.name, _CODE_CHANGED)
                 return result
             target = key.CacheKey(variant_key, ck.summary, ck.ambient, ck.described)
+        if first and not admission_by_reuse.publishes_now(client, loader.name, ck, result, t1 - t0):
+            return result  # marked: the next load of the key publishes (the server released the claim)
         refusal = _admission(client, target, result, room)
         if refusal is not None:  # the entry cannot be admitted: known before anything is pickled or written
             _release(client, ck.key)

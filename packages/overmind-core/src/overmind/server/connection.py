@@ -205,6 +205,8 @@ class Connection:
             reply["refused"] = out.entry  # why, the sizes and the message (server/admission.py)
         elif out.status == "claimed" and out.entry:
             reply["room"] = out.entry["room"]
+            if out.entry.get("first"):
+                reply["first"] = True  # no load of the key left a mark yet: publish only on reuse (server/marks.py)
         return reply, out.fds
 
     def _own_key(self, msg: dict) -> str:
@@ -276,6 +278,16 @@ class Connection:
             raise BadRequest(f"'nbytes' must be the entry's estimated size in bytes, got {need!r}")
         return {"ok": True, **self.store.admit(self._own_key(msg), need)}, []
 
+    def _op_first_done(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        # A first load ran under this connection's claim: publish (reused meanwhile) or leave a mark (marks.py)
+        close_fds(fds)
+        need = msg.get("nbytes")
+        if not isinstance(need, int) or isinstance(need, bool) or need < 0:
+            raise BadRequest(f"'nbytes' must be the entry's estimated size in bytes, got {need!r}")
+        loader, summary = (str(msg.get(k) or "")[:MAX_MARK_TEXT] for k in ("loader", "summary"))
+        return {"ok": True, "publish": self.store.first_done(self._own_key(msg), self.conn_id, need, loader,
+                                                             summary)}, []
+
     def _op_release(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
         close_fds(fds)
         return {"ok": True, "released": self.store.release(self._own_key(msg), self.conn_id)}, []
@@ -305,12 +317,13 @@ class Connection:
             "runtime_dir": self.server.runtime_dir, "log": self.server.log_file,
             "torch_imported": "torch" in sys.modules, "fds": _open_fds(), "last_lost": self.server.last_lost,
             **{k: stats[k] for k in ("gets", "hits", "bytes_served", "publishes", "evictions", "blobs",
-                                   "files", "file_bytes", "refused_keys") if k in stats},
+                                   "files", "file_bytes", "refused_keys", "marks", "marked_bytes") if k in stats},
         }, []
 
     def _op_ls(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
         close_fds(fds)
-        return {"ok": True, "entries": self.store.listing(), "files": self.store.file_listing()}, []
+        return {"ok": True, "entries": self.store.listing(), "files": self.store.file_listing(),
+                "marks": self.store.marks.listing()}, []
 
     def _op_evict(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
         close_fds(fds)
@@ -325,6 +338,7 @@ class Connection:
         return {"ok": True, "pid": os.getpid()}, []
 
 
+MAX_MARK_TEXT = 400  # a mark's loader name and argument summary, for 'overmind ls', cut to this many characters
 _OPS = sorted(name[4:] for name in vars(Connection) if name.startswith("_op_"))
 
 

@@ -29,7 +29,7 @@ import time
 
 from ..errors import OvermindError
 from ..ipc.protocol import FILE_IDENTITY_FIELDS, file_entry_id, file_identity, is_file_entry
-from . import admission, blobs, sealing
+from . import admission, blobs, marks, sealing
 from .log import log
 
 TYPE_CHECKING = False
@@ -141,6 +141,9 @@ class Store:
         self._ticks = itertools.count(1)
         self.blobs = blobs.BlobIndex()  # bytes the entries hold, for a publisher's dedup (overmind.entries.dedup)
         self.refusals = admission.Refusals()  # keys whose entry is larger than the whole budget
+        self.marks = marks.Marks()  # keys loaded once and not published (server/marks.py)
+        # Keys whose claim another owner asked for while it was held: a first load of one is reused, so published.
+        self._wanted: set[str] = set()
         # For 'overmind status': gets answered, hits among them, bytes those hits mapped (with their deps),
         # entries published, entries evicted (budget or request).
         self.counters = {"gets": 0, "hits": 0, "bytes_served": 0, "publishes": 0, "evictions": 0}
@@ -167,6 +170,8 @@ class Store:
             return GetOutcome("refused", refused)
         holder = self._claims.get(key)
         if holder is not None and holder != owner:
+            if claim:
+                self._wanted.add(key)
             return GetOutcome("busy")
         # The same connection asking again is a nested load of the key it is already loading; making it
         # wait for itself would deadlock, so it keeps its claim.
@@ -174,8 +179,23 @@ class Store:
             return GetOutcome("miss")
         self._claims[key] = owner
         # the room an entry may take (the budget less what no eviction may free): a publisher whose result is
-        # larger asks admission before it pickles (server/admission.py)
-        return GetOutcome("claimed", {"room": self.max_bytes - self._pinned_bytes(set())})
+        # larger asks admission before it pickles (server/admission.py); ``first``: no load of the key left a
+        # mark in this server's life, so its loader publishes only if it is reused meanwhile (first_done)
+        room = self.max_bytes - self._pinned_bytes(set())
+        return GetOutcome("claimed", {"room": room, "first": key not in self.marks})
+
+    def first_done(self, key: str, owner: int, nbytes: int, loader: str = "", summary: str = "") -> bool:
+        """A first load of ``key`` under ``owner``'s claim ran: whether it publishes. It does when another owner
+        asked for the key meanwhile (that waiter then hits), and keeps its claim; otherwise the key is marked
+        (``nbytes``: its entry's estimated size) and the claim released, so the next load publishes."""
+        if self._claims.get(key) != owner:
+            raise StoreError("no claim", f"first_done refused: this connection holds no claim on {key[:12]}; "
+                                         f"load the key again")
+        if key in self._wanted:
+            return True
+        self.marks.note(key, nbytes, loader, summary)
+        self.release(key, owner)
+        return False
 
     def hold_for_process(self, key: str, pid: int) -> None:
         """Claim ``key`` for process ``pid`` before it has a connection (the spawner's claim, ``handoff.py``).
@@ -203,6 +223,7 @@ class Store:
         if self._claims.get(key) != owner:
             return False
         del self._claims[key]
+        self._wanted.discard(key)
         self._changed.add(key)
         return True
 
@@ -214,6 +235,7 @@ class Store:
             log.info("%s closed holding claims on %d keys; released them", who or f"owner {owner}", len(keys))
         for k in keys:
             del self._claims[k]
+            self._wanted.discard(k)
         self._changed.update(keys)
         return keys
 
@@ -334,6 +356,7 @@ class Store:
             self.blobs.add(entry.entry_id, held or [])
             self.counters["publishes"] += 1
             self.refusals.forget(key)
+            self.marks.drop(key)
             self._drop_claim(key)
             log.info("published %s (%d bytes, deps %s); %d/%d bytes used", entry.entry_id, nbytes,
                      entry.deps, self._used, self.max_bytes)
@@ -345,6 +368,7 @@ class Store:
     def _drop_claim(self, key: str) -> None:
         # Whoever held the claim, the key is now cached: waiters wake and take the hit.
         self._claims.pop(key, None)
+        self._wanted.discard(key)
         self._changed.add(key)
 
     def admit(self, key: str, need: int) -> dict[str, Any]:
@@ -479,7 +503,8 @@ class Store:
             for e in list(self._by_id.values()):
                 self._remove(e)
             self.counters["evictions"] += len(victims)
-            log.info("evicted all %d entries on request", len(victims))
+            dropped = self.marks.clear()
+            log.info("evicted all %d entries and %d marks on request", len(victims), dropped)
             return [e.key for e in victims], []
         entry = self._by_key.get(key) if key is not None else None
         if entry is None:
@@ -507,6 +532,7 @@ class Store:
         return {"entries": len(self._by_id) - len(files), "files": len(files), "file_bytes": sum(files),
                 "bytes": self._used, "max_bytes": self.max_bytes,
                 "claims": len(self._claims), "blobs": len(self.blobs), "refused_keys": len(self.refusals),
+                "marks": len(self.marks), "marked_bytes": sum(m["nbytes"] for m in self.marks.listing()),
                 **self.counters}
 
     def close_all(self) -> None:
