@@ -3,6 +3,8 @@ and the user's recursion limit is left as it was (see overmind.entries.deep_recu
 from __future__ import annotations
 
 import pickle
+import resource
+import subprocess
 import sys
 import threading
 
@@ -32,6 +34,38 @@ def test_runs_in_this_thread_where_its_stack_holds_the_limit(impl, limit):
     assert _where()[:2] == (("MainThread" if impl == "c" else "overmind-pickler"), 1000)
     with pytest.raises(KeyError, match="boom"):
         deep_recursion.call(lambda: {}["boom"])
+
+
+_LOWERED_LIMIT = r"""
+import resource, sys, threading
+from overmind.native import zerocopy
+before = zerocopy.stack_room()
+resource.setrlimit(resource.RLIMIT_STACK, (2 << 20, resource.getrlimit(resource.RLIMIT_STACK)[1]))
+after = zerocopy.stack_room()
+seen = []
+threading.stack_size(1 << 20)
+small = threading.Thread(target=lambda: seen.append(zerocopy.stack_room()))
+small.start()
+small.join()
+print(before, after, seen[0])
+"""
+
+
+def test_the_room_follows_a_stack_limit_lowered_after_it_was_asked():
+    # The extension asks glibc for a thread's bounds once (for the first thread that reads /proc/self/maps) and
+    # keeps them while the soft RLIMIT_STACK they were derived from stays the same; a thread started later has
+    # bounds of its own.
+    soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
+    if soft == resource.RLIM_INFINITY or soft < 4 << 20:
+        pytest.skip(f"needs a soft stack limit of 4 MiB or more (here {soft})")
+    if zerocopy.stack_room() is None:
+        pytest.skip("the compiled extension does not serve this process")
+    out = subprocess.run([sys.executable, "-c", _LOWERED_LIMIT], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    before, after, thread = map(int, out.stdout.split())
+    assert before > 3 << 20
+    assert 0 < after < 2 << 20
+    assert 0 < thread < 1 << 20
 
 
 def test_a_limit_beyond_this_stack_runs_on_a_helper_thread(impl, limit):
