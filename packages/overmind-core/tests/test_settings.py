@@ -192,7 +192,9 @@ def test_doctor_lists_every_setting_with_value_and_source(overmind_runtime):
     for s in settings.DECLARED:
         row = next((line for line in lines if line.split()[:1] == [s.name]), None)
         assert row is not None, f"{s.name} missing from doctor:\n{out.stdout}"
-        assert ("env" if s.name in ("OVERMIND_REPLY_TIMEOUT", "OVERMIND_STRICT", "OVERMIND_RUNTIME_DIR")
+        # (the overmind_runtime fixture sets OVERMIND_RUNTIME_DIR and OVERMIND_ADMIT)
+        assert ("env" if s.name in ("OVERMIND_REPLY_TIMEOUT", "OVERMIND_STRICT", "OVERMIND_RUNTIME_DIR",
+                                    "OVERMIND_ADMIT")
                 else "default") in row, row
     assert any(line.split()[:2] == ["OVERMIND_REPLY_TIMEOUT", "7"] for line in lines), out.stdout
     assert any("OVERMIND_IDLE_TIMEOUT='x'" in line and line.startswith("[warn]") for line in lines), out.stdout
