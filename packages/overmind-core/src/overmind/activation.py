@@ -39,7 +39,7 @@ def activate(strict: bool = False) -> list[str]:
             if failed:
                 raise AdapterError(failed[0].reason)
         for state in states.values():
-            if state.status == "loaded" and not state.targets and not state.deferred:
+            if state.status == "loaded" and not state.targets and not state.deferred and not state.later:
                 _apply_when_live(state, strict)
         return sorted(n for n, s in discovery.states().items() if s.status == "loaded")
 
@@ -67,7 +67,7 @@ def _patch_all(state: AdapterState, targets: list) -> list:
     ones already patched and is raised."""
     applied: list = []
     try:
-        route = _route() if any(t.kind != "replace" for t in targets) else None
+        route = _route if any(t.kind != "replace" for t in targets) else None
         for t in targets:
             t = t if t.adapter else patching.PatchTarget(t.owner, t.name, t.kind, state.name, t.replacement)
             patching.apply(t, route)
@@ -173,10 +173,13 @@ def _patch_more(state: AdapterState) -> None:
     state.targets.extend(applied)
 
 
-def _route() -> Callable:
-    from .loading.flow import load  # late: the load path imports torch, and activating imports no library
+def _route(loader: Callable, /, *args, **kwargs):
+    """What a patched loader calls: ``flow.load``, imported at the first call. The load path imports torch and the
+    cache's machinery (30 ms): activating imports no library, and patching, which runs inside the user's import of
+    the library, imports nothing a process that never loads would not need."""
+    from .loading.flow import load
 
-    return load
+    return load(loader, *args, **kwargs)
 
 
 def _patch_failure(state: AdapterState, e: Exception) -> str:

@@ -404,39 +404,50 @@ def collect(adapter: str, specs: Iterable[Spec | Function]) -> list[PatchTarget]
     with one warning naming the adapter, the target and both versions. The others still apply.
     """
     targets: dict[tuple[int, str], PatchTarget] = {}
+    specs = list(specs)
+    waiting = [spec for spec in specs if spec.waiting()]
     for spec in specs:
-        if spec.waiting():
+        if spec in waiting:
             continue  # lazy, its module not imported: patched once it is (waiting_modules)
-        if isinstance(spec, Function):
-            for target in _function_targets(adapter, spec):
-                targets.setdefault((id(target.owner), target.name), target)
-            continue
-        name = f"{spec.where.replace(':', '.')}.{spec.attr}"
-        try:
-            missing = _undefined(spec.where, spec.attr)
-            if missing:
-                _log.debug("%s: %s is not defined in this version (%s); nothing to patch there",
-                           label(adapter), name, missing)
-                continue
-            root = resolve(spec.where)
-            from inspect import getattr_static  # late: activate() imports this module, and inspect costs ~10 ms
-
-            found = getattr_static(root, spec.attr)
-        except Exception as e:
-            interrupts.raise_users(e)
-            warn(f"overmind: {label(adapter)} cannot patch {name}: {type(e).__name__}: {e}. Those loads run "
-                 f"without the cache; upgrade {dist_of(adapter)} or pin {adapter} to a version it supports.")
-            continue
-        if not isinstance(found, classmethod):
-            warn(f"overmind: {label(adapter)} cannot patch {name}: it is a "
-                 f"{type(found).__name__}, not a classmethod. Those loads run without the cache; upgrade the adapter.")
-            continue
-        classes = [root] + (sorted(_subclasses(root), key=lambda c: (c.__module__, c.__qualname__))
-                            if spec.subclasses else [])
-        for cls in classes:
-            if _own_classmethod(cls, spec.attr) and (id(cls), spec.attr) not in targets:
-                targets[(id(cls), spec.attr)] = PatchTarget(cls, spec.attr, kind="classmethod", adapter=adapter)
+        _collect_one(adapter, spec, targets)
+    # a lazy spec whose module another spec's import brought in: waiting_modules no longer names it
+    for spec in waiting:
+        if not spec.waiting():
+            _collect_one(adapter, spec, targets)
     return list(targets.values())
+
+
+def _collect_one(adapter: str, spec: Spec | Function, targets: dict[tuple[int, str], PatchTarget]) -> None:
+    """Add the targets of one spec to ``targets`` (as :func:`collect` says)."""
+    if isinstance(spec, Function):
+        for target in _function_targets(adapter, spec):
+            targets.setdefault((id(target.owner), target.name), target)
+        return
+    name = f"{spec.where.replace(':', '.')}.{spec.attr}"
+    try:
+        missing = _undefined(spec.where, spec.attr)
+        if missing:
+            _log.debug("%s: %s is not defined in this version (%s); nothing to patch there",
+                       label(adapter), name, missing)
+            return
+        root = resolve(spec.where)
+        from inspect import getattr_static  # late: activate() imports this module, and inspect costs ~10 ms
+
+        found = getattr_static(root, spec.attr)
+    except Exception as e:
+        interrupts.raise_users(e)
+        warn(f"overmind: {label(adapter)} cannot patch {name}: {type(e).__name__}: {e}. Those loads run "
+             f"without the cache; upgrade {dist_of(adapter)} or pin {adapter} to a version it supports.")
+        return
+    if not isinstance(found, classmethod):
+        warn(f"overmind: {label(adapter)} cannot patch {name}: it is a "
+             f"{type(found).__name__}, not a classmethod. Those loads run without the cache; upgrade the adapter.")
+        return
+    classes = [root] + (sorted(_subclasses(root), key=lambda c: (c.__module__, c.__qualname__))
+                        if spec.subclasses else [])
+    for cls in classes:
+        if _own_classmethod(cls, spec.attr) and (id(cls), spec.attr) not in targets:
+            targets[(id(cls), spec.attr)] = PatchTarget(cls, spec.attr, kind="classmethod", adapter=adapter)
 
 
 def _function_targets(adapter: str, spec: Function) -> list[PatchTarget]:

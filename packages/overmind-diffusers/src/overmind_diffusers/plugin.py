@@ -21,26 +21,29 @@ from .arguments import normalise
 
 ADAPTER = "diffusers"
 SPECS = (
-    Spec("diffusers.pipelines.pipeline_utils:DiffusionPipeline"),
+    Spec("diffusers.pipelines.pipeline_utils:DiffusionPipeline", lazy=True),
     Spec("diffusers.pipelines.auto_pipeline:AutoPipelineForText2Image", lazy=True),
     Spec("diffusers.pipelines.auto_pipeline:AutoPipelineForImage2Image", lazy=True),
     Spec("diffusers.pipelines.auto_pipeline:AutoPipelineForInpainting", lazy=True),
     Spec("diffusers.pipelines.auto_pipeline:AutoPipelineForText2Audio", lazy=True),
-    Spec("diffusers.models.modeling_utils:ModelMixin"),
-    Spec("diffusers.models.auto_model:AutoModel"),
-    Spec("diffusers.loaders.single_file:FromSingleFileMixin", "from_single_file"),
-    Spec("diffusers.loaders.single_file_model:FromOriginalModelMixin", "from_single_file"),
-    Spec("diffusers.schedulers.scheduling_utils:SchedulerMixin"),
+    Spec("diffusers.models.modeling_utils:ModelMixin", lazy=True),
+    Spec("diffusers.models.controlnets.multicontrolnet:MultiControlNetModel", lazy=True),
+    Spec("diffusers.models.controlnets.multicontrolnet_union:MultiControlNetUnionModel", lazy=True),
+    Spec("diffusers.models.adapter:MultiAdapter", lazy=True),
+    Spec("diffusers.models.auto_model:AutoModel", lazy=True),
+    Spec("diffusers.loaders.single_file:FromSingleFileMixin", "from_single_file", lazy=True),
+    Spec("diffusers.loaders.single_file_model:FromOriginalModelMixin", "from_single_file", lazy=True),
+    Spec("diffusers.schedulers.scheduling_utils:SchedulerMixin", lazy=True),
 )
-# The AutoPipeline classes are patched when the user imports them (lazy): their module imports every pipeline
-# of diffusers (0.7 s and 21 MiB here), which a process that never uses them should not pay for.
-# Modules that define the ModelMixin subclasses overriding from_pretrained (diffusers imports lazily).
-PRELOAD_IF_PRESENT = ("diffusers.models.controlnets.multicontrolnet",
-                      "diffusers.models.controlnets.multicontrolnet_union", "diffusers.models.adapter")
+# Each loader is patched when its module is imported (lazy), however diffusers' lazy imports reach it: a class
+# cannot be called before its module is imported, and ``import diffusers`` imports none of them. Importing them for
+# the patch would cost every process that imports diffusers what it never uses: ``pipeline_utils`` imports every
+# autoencoder (with transformers' vision models, 0.3 s), ``auto_pipeline`` every pipeline (0.7 s and 21 MiB), the
+# multi-ControlNet modules every ControlNet. The multi-model classes override ModelMixin.from_pretrained.
 DYNAMIC_MODULES = "diffusers_modules"  # custom pipelines and components
 key_for_value = values.key_for_value  # schedulers by config; hand-built MultiControlNetModels by their nets
 self_check_sample = _sample.sample  # a one-block UNet and a scheduler, built from their configs
-__all__ = ["ADAPTER", "SPECS", "PRELOAD_IF_PRESENT", "DYNAMIC_MODULES", "normalise", "key_for_value",
+__all__ = ["ADAPTER", "SPECS", "DYNAMIC_MODULES", "normalise", "key_for_value",
            "self_check_sample"]
 
 _hub = HubAdapter(__name__)

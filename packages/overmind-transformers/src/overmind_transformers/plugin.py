@@ -21,29 +21,34 @@ from .arguments import normalise
 
 ADAPTER = "transformers"
 SPECS = (
-    Spec("transformers.modeling_utils:PreTrainedModel"),
-    Spec("transformers.models.auto.auto_factory:_BaseAutoModelClass"),
-    Spec("transformers.models.auto.tokenization_auto:AutoTokenizer"),
-    Spec("transformers.models.auto.processing_auto:AutoProcessor"),
-    Spec("transformers.models.auto.image_processing_auto:AutoImageProcessor"),
-    Spec("transformers.models.auto.feature_extraction_auto:AutoFeatureExtractor"),
-    Spec("transformers.tokenization_utils_base:PreTrainedTokenizerBase"),
-    Spec("transformers.processing_utils:ProcessorMixin"),
-    Spec("transformers.image_processing_base:ImageProcessingMixin"),
-    Spec("transformers.feature_extraction_utils:FeatureExtractionMixin"),
+    Spec("transformers.modeling_utils:PreTrainedModel", lazy=True),
+    Spec("transformers.models.auto.auto_factory:_BaseAutoModelClass", lazy=True),
+    Spec("transformers.models.auto.tokenization_auto:AutoTokenizer", lazy=True),
+    Spec("transformers.models.auto.processing_auto:AutoProcessor", lazy=True),
+    Spec("transformers.models.auto.image_processing_auto:AutoImageProcessor", lazy=True),
+    Spec("transformers.models.auto.feature_extraction_auto:AutoFeatureExtractor", lazy=True),
+    Spec("transformers.tokenization_utils_base:PreTrainedTokenizerBase", lazy=True),
+    Spec("transformers.processing_utils:ProcessorMixin", lazy=True),
+    Spec("transformers.image_processing_base:ImageProcessingMixin", lazy=True),
+    Spec("transformers.feature_extraction_utils:FeatureExtractionMixin", lazy=True),
 )
-# Modules whose import defines the Auto model classes (each gets its own copy of from_pretrained).
-PRELOAD = ("transformers.models.auto.modeling_auto",)
+# Each loader is patched when its module is imported (lazy), however transformers' lazy imports reach it: a class
+# cannot be called before its module is imported, and ``import transformers`` imports none of them; importing them
+# for the patch would cost every process that imports transformers (diffusers does) modules it never uses.
+# The module whose import defines the Auto model classes (each gets its own copy of from_pretrained): they are
+# collected, as overriders of _BaseAutoModelClass's, once it is imported.
+OVERRIDERS_IN = ("transformers.models.auto.modeling_auto",)
 DYNAMIC_MODULES = "transformers_modules"
 key_for_value = values.key_for_value  # configs and generation configs by content, tokenizers' Rust parts
 self_check_sample = _sample.sample  # a two-layer BERT and a word-level fast tokenizer, built in memory
 self_check_describe = _sample.describe
 refusal = hub_kernels.refusal  # a model whose layers run Hub kernels (transformers >= 5.25)
-__all__ = ["ADAPTER", "SPECS", "PRELOAD", "DYNAMIC_MODULES", "normalise", "key_for_value", "self_check_sample",
+__all__ = ["ADAPTER", "SPECS", "OVERRIDERS_IN", "DYNAMIC_MODULES", "normalise", "key_for_value", "self_check_sample",
            "self_check_describe", "refusal"]
 
 _hub = HubAdapter(__name__)
 overmind_patch_targets = _hub.overmind_patch_targets
+overmind_patch_later = _hub.overmind_patch_later
 overmind_key_parts = _hub.overmind_key_parts
 overmind_key_for_value = _hub.overmind_key_for_value
 overmind_prepare_result = _hub.overmind_prepare_result
