@@ -171,3 +171,30 @@ def test_a_loader_much_slower_than_its_publish_publishes_on_its_first_load(setup
     assert first == {"equal": True, "name": "net", "mapped": True}
     assert (_status()["publishes"], setup.loads()) == (1, 1)
     assert run_fresh(setup.script(before="", extra=", pause=1.5"))["mapped"] and setup.loads() == 1
+
+
+def test_a_thread_that_waits_on_another_threads_first_load_counts_as_reuse(setup):
+    # No server runs: the first thread starts one that holds the key's claim for it; the second waits on that thread
+    script = f"""
+import sys, threading, time, torch
+sys.path.insert(0, {setup.folder!r})
+import overmind
+from overmind.loading import admission_by_reuse
+from overmind.testing import overmind_mapped, report
+import loaders
+admission_by_reuse.CHEAP_PUBLISH_SHARE = 0.0
+got = {{}}
+def load(name):
+    got[name] = overmind.load(loaders.build, {setup.weights!r}, pause=1.0)
+threads = [threading.Thread(target=load, args=(n,)) for n in ("a", "b")]
+threads[0].start()
+time.sleep(0.3)
+threads[1].start()
+for t in threads:
+    t.join()
+report([torch.equal(got[n]["weights"], torch.load({setup.weights!r})) and overmind_mapped(got[n]["weights"].data_ptr())
+        for n in ("a", "b")])
+"""
+    assert run_fresh(script) == [True, True]
+    st = _status()
+    assert (setup.loads(), st["publishes"], st["marks"]) == (1, 1, 0), st

@@ -43,6 +43,7 @@ _local = threading.local()
 # Keys this process loads under the claim the server it started holds for it (claim_by_starting): the server
 # grants that claim to any thread of the process, so the process's other threads wait here for the first one.
 _start_claims: dict[str, threading.Event] = {}
+_start_waited: set[str] = set()  # of those keys, the ones another thread waits on: a first load of one publishes
 _start_lock = threading.Lock()
 _CODE_CHANGED = "a module it depends on changed since this process imported it"  # vary.variant_key gave None
 NESTED_WAIT_S = 60.0  # a nested load waits less: two processes waiting on each other's claims must not hang
@@ -134,6 +135,7 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
             if started:
                 _start_claims[ck.key] = threading.Event()
         if loading_here is not None:  # another thread of this process loads it: its publish is this call's hit
+            _start_waited.add(ck.key)
             loading_here.wait(wait_s)
         res = GetResult("claimed") if started else client.get(ck.key, claim=True, wait=True, timeout=wait_s)
     except OvermindError as e:
@@ -222,6 +224,7 @@ def _cached_call(loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict
         if started:
             with _start_lock:
                 _start_claims.pop(ck.key).set()
+                _start_waited.discard(ck.key)
 
 
 def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwargs: dict,
@@ -295,7 +298,8 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
                 log.debug("not caching %s: %s", loader.name, _CODE_CHANGED)
                 return result
             target = key.CacheKey(variant_key, ck.summary, ck.ambient, ck.described)
-        if first and not admission_by_reuse.publishes_now(client, loader.name, ck, result, t1 - t0):
+        if first and ck.key not in _start_waited and \
+                not admission_by_reuse.publishes_now(client, loader.name, ck, result, t1 - t0):
             return result  # marked: the next load of the key publishes (the server released the claim)
         refusal = _admission(client, target, result, room)
         if refusal is not None:  # the entry cannot be admitted: known before anything is pickled or written
