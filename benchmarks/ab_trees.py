@@ -1,6 +1,6 @@
 """Overmind at another commit against this working tree: the blog's four calls in fresh processes, interleaved.
 
-    python benchmarks/ab_trees.py REV [--ckpt fp16|fp32] [--mode cold|warm] [-n N] [--scale full|small]
+    python benchmarks/ab_trees.py REV [--ckpt fp16|fp32] [--mode first|cold|warm] [-n N] [--scale full|small]
 
 A is a ``git worktree`` of ``REV`` and B one of this working tree's state (its commit, or ``git stash create`` of its
 tracked changes), both made under /tmp and removed after, set up alike: each side's ``packages/*/src`` come first on
@@ -8,9 +8,11 @@ tracked changes), both made under /tmp and removed after, set up alike: each sid
 ``overmind.native._C`` of this tree is copied into both (the extension's ABI is the venv's), so that nothing but the
 commit differs: a side without the extension runs the pure-Python twins, ~20% slower warm. The processes run
 ``benchmarks/scenarios/blog.py --activate-first`` (the blog's order) in pairs whose order alternates (A B, B A, ...),
-so a drift of the machine, and whatever one process leaves the next, lands on both. ``cold``: every process gets a
-fresh runtime directory (its own server), so each one publishes; ``warm``: each tree has one runtime, filled by an
-untimed first process. Without the per-step breakdown (its hooks name this tree's internals). Prints a markdown table and saves it under
+so a drift of the machine, and whatever one process leaves the next, lands on both. ``first`` and ``cold``: every
+process gets a fresh runtime directory (its own server); ``first`` loads with the default admission (by reuse: the
+server's first load of a key publishes nothing), ``cold`` with ``OVERMIND_ADMIT=first``, so each one publishes (a
+commit older than admission by reuse publishes in both); ``warm``: each tree has one runtime, filled by an untimed
+first process that publishes. Without the per-step breakdown (its hooks name this tree's internals). Prints a markdown table and saves it under
 ``benchmarks/results/ab-*.md``. It answers "did this change make the load faster", which ratios against plain
 taken minutes apart cannot when the machine drifts.
 """
@@ -29,6 +31,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+import harness  # noqa: E402
 from harness import Harness, machine  # noqa: E402
 from report import machine_line, ratio_table, summary  # noqa: E402
 
@@ -67,7 +70,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("rev", help="the commit to compare this working tree against (A)")
     ap.add_argument("--ckpt", choices=["fp16", "fp32"], default="fp16")
-    ap.add_argument("--mode", choices=["cold", "warm"], default="cold")
+    ap.add_argument("--mode", choices=["first", "cold", "warm"], default="cold")
     ap.add_argument("-n", type=int, default=5, help="pairs")
     ap.add_argument("--scale", choices=["small", "full"], default="full")
     args = ap.parse_args()
@@ -81,7 +84,8 @@ def main() -> None:
     h = Harness(results)
     facts = machine()
     trees = {"A": _worktree(args.rev), "B": _worktree(_this_tree())}
-    envs = {side: {"PYTHONPATH": _pythonpath(tree), "BENCH_BREAKDOWN": "0"} for side, tree in trees.items()}
+    admit = {} if args.mode == "first" else dict(harness.ADMIT_FIRST)  # the fill and every cold process publish
+    envs = {side: {"PYTHONPATH": _pythonpath(tree), "BENCH_BREAKDOWN": "0", **admit} for side, tree in trees.items()}
     samples: dict[str, list[float]] = {"A": [], "B": []}
     try:
         for side, root in trees.items():  # each side imports its own tree's Overmind

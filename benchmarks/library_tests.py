@@ -9,7 +9,8 @@
 
 Overmind patches the libraries' ``from_pretrained``; the libraries' test suites are the widest description of
 what those loaders must do (save and reload, dtypes, offload, configs, variants, ...). The selection runs three
-times: plain (no Overmind), with Overmind against a fresh private server (cold: every load publishes), and again
+times: plain (no Overmind), with Overmind against a fresh private server (cold: every load publishes,
+``OVERMIND_ADMIT=first``), and again
 against the same server (warm: loads are served from it). Overmind activates through a pytest plugin this
 script writes to a temporary folder, which calls ``overmind.activate()`` at ``pytest_configure``; another plugin
 records each test's outcome in every run. The runs set ``HF_HUB_OFFLINE=1``: tests that need the Hub fail alike
@@ -96,6 +97,7 @@ RUN_ENV = {
     "HF_HUB_OFFLINE": "1",
     "TOKENIZERS_PARALLELISM": "false",
     "OVERMIND_DISABLED_ADAPTERS": "fixture,fixture_broken,future",  # the project's test-only adapters
+    "OVERMIND_ADMIT": "first",  # every load publishes: the cold run leaves each entry for the warm one
 }
 RUNS = ("plain", "cold", "warm")
 COUNTED = ("passed", "failed", "skipped", "error")

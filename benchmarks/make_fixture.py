@@ -98,13 +98,13 @@ def _write_json(path: str, obj: dict) -> None:
         f.write("\n")
 
 
-def write_sd(out: str, cfg: dict, force: bool) -> None:
-    """Write ``sd15-fp32`` and ``sd15-fp16`` (same weights, two dtypes)."""
+def write_sd(out: str, cfg: dict, force: bool, dtypes: tuple[str, ...] = ("fp32", "fp16")) -> None:
+    """Write ``sd15-fp32`` and ``sd15-fp16`` (same weights, two dtypes), or those of ``dtypes``."""
     import torch
     from diffusers import AutoencoderKL, UNet2DConditionModel
     from transformers import CLIPTextConfig, CLIPTextModel
 
-    targets = {"fp32": os.path.join(out, "sd15-fp32"), "fp16": os.path.join(out, "sd15-fp16")}
+    targets = {k: os.path.join(out, f"sd15-{k}") for k in ("fp32", "fp16") if k in dtypes}
     todo = {k: p for k, p in targets.items() if _start(p, force)}
     if not todo:
         return
@@ -158,14 +158,15 @@ def write_llama(path: str, cfg: dict, force: bool) -> None:
     _finish(path, t0)
 
 
-def build(scale: str, root: str = DEFAULT_ROOT, parts=("sd", "controlnet", "llama"), force: bool = False) -> str:
-    """Write the fixture of ``scale`` under ``root``; returns its folder."""
+def build(scale: str, root: str = DEFAULT_ROOT, parts=("sd", "controlnet", "llama"), force: bool = False,
+          sd_dtypes: tuple[str, ...] = ("fp32", "fp16")) -> str:
+    """Write the fixture of ``scale`` under ``root`` (the SD checkpoint in ``sd_dtypes``); returns its folder."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cfg = fixture_configs.configs(scale)
     out = fixture_dir(scale, root)
     os.makedirs(out, exist_ok=True)
     if "sd" in parts:
-        write_sd(out, cfg, force)
+        write_sd(out, cfg, force, sd_dtypes)
     if "controlnet" in parts:
         write_controlnet(os.path.join(out, "controlnet-depth"), cfg, 11, force)
         write_controlnet(os.path.join(out, "controlnet-edge"), cfg, 12, force)
@@ -179,10 +180,11 @@ def main(argv=None) -> int:
     ap.add_argument("--scale", choices=("small", "full"), default="small")
     ap.add_argument("--root", default=DEFAULT_ROOT, help="folder that holds <scale>/ (default benchmarks/fixtures)")
     ap.add_argument("--parts", default="sd,controlnet,llama", help="comma-separated subset of sd,controlnet,llama")
+    ap.add_argument("--sd-dtypes", default="fp32,fp16", help="the SD checkpoint's dtypes: fp32,fp16 or one of them")
     ap.add_argument("--force", action="store_true", help="rewrite folders that are already complete")
     args = ap.parse_args(argv)
     print(f"make_fixture: writing the {args.scale} fixture under {fixture_dir(args.scale, args.root)}", flush=True)
-    build(args.scale, args.root, tuple(args.parts.split(",")), args.force)
+    build(args.scale, args.root, tuple(args.parts.split(",")), args.force, tuple(args.sd_dtypes.split(",")))
     return 0
 
 

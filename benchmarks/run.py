@@ -7,8 +7,9 @@
 
 Scenarios (each process is fresh; plain and Overmind alternate, the order flipping every repetition):
 
-    blog-fp16, blog-fp32   the blog's four from_pretrained calls: plain, cold (server start included), warm;
-                           overmind.activate() after the imports
+    blog-fp16, blog-fp32   the blog's four from_pretrained calls: plain; then, on one fresh server, first (the
+                           first load, server start included, which publishes nothing: a model never reused), cold
+                           (the second load, which publishes) and warm (hits); overmind.activate() after the imports
     blog-first-fp16/-fp32  the same in the blog's own order: activate() first, then the imports
     first-use-fp16/-fp32   the same, then every weight read once (time to first use)
     memory-fp16/-fp32      4 processes hold the pipeline after touching every weight: sum of PSS
@@ -86,31 +87,40 @@ WARM_PER_COLD = 1  # --warm-per-cold: warm processes after each cold one
 SETTLE_S = 0.0  # --settle: seconds of quiet before each timed process
 
 
+OVERMIND_MODES = ("first", "cold", "warm")  # on one fresh server, in this order
+
+
 def timed_modes(h: harness.Harness, script: str, argv: list[str], n: int, tag: str,
                 env: dict | None = None, prime: bool = True) -> dict[str, list[dict]]:
-    """``n`` repetitions of plain, cold and warm, each a fresh process; returns samples per mode.
+    """``n`` repetitions of plain, first, cold and warm, each a fresh process; returns samples per mode.
 
+    Overmind admits an entry by reuse (the default): on the repetition's fresh server the *first* process loads as
+    plain does and publishes nothing (a model loaded once and never again), the *cold* one, the key's second load,
+    publishes, and the *warm* ones hit. The three run in that order; plain runs before them or after them, the
+    order flipping every repetition. (A loader slow enough against its result's size publishes on its first load
+    at once: then ``first`` published and ``cold`` hit, which each sample's ``published`` says.)
     One plain run first, not counted, brings the files into the page cache, so the first repetition's
-    plain process reads them from memory like every later one (and like Overmind's cold process).
+    plain process reads them from memory like every later one (and like Overmind's processes).
     Each repetition runs :data:`WARM_PER_COLD` warm processes; every sample records its repetition
-    (``rep``), and ratios pair a warm sample with the plain one of its repetition. :data:`SETTLE_S` seconds of
+    (``rep``), and ratios pair an Overmind sample with the plain one of its repetition. :data:`SETTLE_S` seconds of
     quiet go before every timed process, whatever its mode: on this host the first process after one that turned
     over gigabytes of memory pays more for each fresh page (docs/benchmarks.md, "The cost of fresh pages").
     """
-    groups: dict[str, list[dict]] = {"plain": [], "cold": [], "warm": []}
+    groups: dict[str, list[dict]] = {"plain": [], **{mode: [] for mode in OVERMIND_MODES}}
     if prime:
         h.run_child(script, argv, "plain", f"{tag}-prime", env=env)
-    warm = ["warm"] * WARM_PER_COLD
+    overmind = ["first", "cold", *["warm"] * WARM_PER_COLD]
     for i in range(n):
         with h.runtime() as rt:
-            order = ["plain", "cold", *warm] if i % 2 == 0 else ["cold", *warm, "plain"]
+            order = ["plain", *overmind] if i % 2 == 0 else [*overmind, "plain"]
             for k, mode in enumerate(order):
                 time.sleep(SETTLE_S)
                 sample = h.run_child(script, argv, "plain" if mode == "plain" else "overmind", f"{tag}-{mode}{i}-{k}",
                                      runtime_dir=None if mode == "plain" else rt, env=env)
                 sample["rep"] = i
                 groups[mode].append(sample)
-                print(f"  {tag} rep {i + 1}/{n} {mode}: {_headline(sample)}", file=sys.stderr, flush=True)
+                published = "" if "published" not in sample else f", published {sample['published']}"
+                print(f"  {tag} rep {i + 1}/{n} {mode}: {_headline(sample)}{published}", file=sys.stderr, flush=True)
     return groups
 
 
@@ -126,10 +136,17 @@ def _headline(sample: dict) -> str:
     return f"load {main:.3f} s, process {sample['process_s']:.2f} s" if main is not None else str(t)
 
 
+FIRST_TARGET, COLD_TARGET = 1.05, 1.3  # the first load never reused, and the publishing one, against plain
+
+
 def speed_ratios(groups: dict[str, list[dict]], path: str, what: str) -> list[tuple[str, list[float]]]:
-    """plain/warm (speed-up) and cold/plain (slow-down) of ``path``, pair by pair."""
-    return [(f"{what}: plain / warm (speed-up)", report.pair_ratios(_plain_per(groups, "warm"), groups["warm"], path)),
-            (f"{what}: cold / plain (slow-down)", report.pair_ratios(groups["cold"], groups["plain"], path))]
+    """first/plain and cold/plain (slow-downs, with their targets) and plain/warm (speed-up) of ``path``, pair by
+    pair."""
+    return [(f"{what}: first / plain (never reused: target <= {FIRST_TARGET:g}x)",
+             report.pair_ratios(groups["first"], _plain_per(groups, "first"), path)),
+            (f"{what}: cold / plain (the publishing load: target <= {COLD_TARGET:g}x)",
+             report.pair_ratios(groups["cold"], _plain_per(groups, "cold"), path)),
+            (f"{what}: plain / warm (speed-up)", report.pair_ratios(_plain_per(groups, "warm"), groups["warm"], path))]
 
 
 def breakdown_table(samples: list[dict], title: str) -> str:
@@ -179,8 +196,8 @@ def blog(h, paths, ckpt: str, n: int, touch: bool, activate_first: bool = False)
     if not touch:
         ratios += speed_ratios(groups, "process_s", "whole process")
     text = "\n\n".join([report.table(groups, measures), report.ratio_table(ratios),
-                        breakdown_table(groups["cold"], "cold"), breakdown_table(groups["warm"], "warm")]
-                       + ([] if touch else [runs_table(groups["warm"], "warm")]))
+                        *(breakdown_table(groups[mode], mode) for mode in OVERMIND_MODES)]
+                       + ([] if touch else [runs_table(groups[mode], mode) for mode in ("first", "warm")]))
     return text, groups
 
 
@@ -195,7 +212,8 @@ def zerocopy(h, paths, ckpt: str, n: int) -> tuple[str, dict]:
     h.run_child(script, argv, "plain", f"zerocopy-{ckpt}-prime")
     for i in range(n):
         with h.runtime() as rt:
-            h.run_child(script, argv, "overmind", f"zerocopy-{ckpt}-cold{i}", runtime_dir=rt)  # publishes
+            h.run_child(script, argv, "overmind", f"zerocopy-{ckpt}-cold{i}", runtime_dir=rt,
+                        env=harness.ADMIT_FIRST)  # publishes
             for mode in (list(modes) if i % 2 == 0 else list(reversed(modes))):
                 env = modes[mode]
                 sample = h.run_child(script, argv, "plain" if env is None else "overmind",
@@ -218,7 +236,8 @@ def zerocopy(h, paths, ckpt: str, n: int) -> tuple[str, dict]:
 
 
 def memory(h, paths, ckpt: str, n: int, procs: int = 4) -> tuple[str, dict]:
-    """``procs`` holders per mode; PSS summed over them (and over the server in Overmind mode)."""
+    """``procs`` holders per mode; PSS summed over them (and over the server in Overmind mode). The first Overmind
+    holder publishes (``OVERMIND_ADMIT=first``) and the others map its entry."""
     argv = [paths[f"sd15-{ckpt}"], paths["controlnet-depth"], paths["controlnet-edge"], "--touch", "--hold"]
     script = os.path.join(SCEN, "blog.py")
     groups: dict[str, list[dict]] = {"plain": [], "overmind": []}
@@ -229,7 +248,8 @@ def memory(h, paths, ckpt: str, n: int, procs: int = 4) -> tuple[str, dict]:
                 try:
                     for k in range(procs):
                         proc, rep = h.start_holder(script, argv, mode, f"memory-{ckpt}-{mode}{i}-{k}",
-                                                   runtime_dir=rt if mode == "overmind" else None)
+                                                   runtime_dir=rt if mode == "overmind" else None,
+                                                   env=harness.ADMIT_FIRST)  # the first holder publishes
                         held.append(proc)
                         reports.append(rep)
                     time.sleep(1.0)  # let the last process settle (allocator trims, lazy frees)
@@ -265,7 +285,7 @@ def simple(h, script: str, argv: list[str], n: int, tag: str, main: str, measure
     groups = timed_modes(h, os.path.join(SCEN, script), argv, n, tag)
     ratios = speed_ratios(groups, f"times.{main}", main) + speed_ratios(groups, "process_s", "whole process")
     text = "\n\n".join([report.table(groups, measures), report.ratio_table(ratios),
-                        breakdown_table(groups["cold"], "cold"), breakdown_table(groups["warm"], "warm")])
+                        *(breakdown_table(groups[mode], mode) for mode in OVERMIND_MODES)])
     return text, groups
 
 
@@ -281,7 +301,8 @@ def gpu(h, paths, n: int) -> tuple[str, dict]:
     h.run_child(script, argv, "plain", "gpu-prime")
     for i in range(n):
         with h.runtime() as rt:
-            h.run_child(script, argv, "overmind", f"gpu-cold{i}", runtime_dir=rt)  # publishes; not measured
+            h.run_child(script, argv, "overmind", f"gpu-cold{i}", runtime_dir=rt,
+                        env=harness.ADMIT_FIRST)  # publishes; not measured
             for mode in (list(modes) if i % 2 == 0 else list(reversed(modes))):
                 env = modes[mode]
                 sample = h.run_child(script, argv, "plain" if env is None else "overmind",

@@ -80,6 +80,7 @@ def main() -> None:
 
             ckpt = str(build_sd_pipeline(Path(tmp) / "ckpt"))
         env = {**os.environ, "OVERMIND_RUNTIME_DIR": os.path.join(tmp, "rt"), "OVERMIND_STRICT": "1",
+               "OVERMIND_ADMIT": "first",  # "cache, first" publishes
                "HF_HUB_OFFLINE": "1"}
         os.makedirs(env["OVERMIND_RUNTIME_DIR"], mode=0o700)
         try:

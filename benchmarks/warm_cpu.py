@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     samples = []
     with h.runtime() as rt:
         h.run_child(os.path.join(HERE, "scenarios", "blog.py"), [*paths, "--activate-first"], "overmind", "warm-cpu-cold",
-                    runtime_dir=rt)
+                    runtime_dir=rt, env=harness.ADMIT_FIRST)  # publishes
         env = {**os.environ, "OVERMIND_RUNTIME_DIR": rt, "HF_HUB_OFFLINE": "1", "DIFFUSERS_VERBOSITY": "error",
                "OVERMIND_DISABLED_ADAPTERS": os.environ.get("OVERMIND_DISABLED_ADAPTERS", "fixture,fixture_broken")}
         for i in range(args.n):

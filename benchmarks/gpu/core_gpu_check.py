@@ -34,7 +34,7 @@ def main() -> int:
         print("gpu_check: no CUDA device here; nothing checked")
         return 0
     env = {**os.environ, "OVERMIND_RUNTIME_DIR": tempfile.mkdtemp(prefix="om-gpu-", dir="/tmp"),
-           "OVERMIND_STRICT": "1"}
+           "OVERMIND_STRICT": "1", "OVERMIND_ADMIT": "first"}  # the first run publishes, the second maps it
     runs = []
     for _ in range(2):
         out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True)

@@ -132,7 +132,8 @@ def _register_private_mappings(torch) -> int:
 
 # ---- in the parent -----------------------------------------------------------------------------------------
 def _env(runtime: str, mode: str) -> dict:
-    env = {**os.environ, "OVERMIND_RUNTIME_DIR": runtime, "OVERMIND_MAX_BYTES": "48G", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "OVERMIND_RUNTIME_DIR": runtime, "OVERMIND_MAX_BYTES": "48G", "PYTHONUNBUFFERED": "1",
+           "OVERMIND_ADMIT": "first"}  # the cold run publishes the entry the others map
     env["OVERMIND_PINNED_COPIES"] = "0" if mode in ("warm, pageable", "warm, private mapping registered") else "1"
     return env
 
