@@ -388,6 +388,20 @@ def _undefined(where: str, attr: str) -> str | None:
 _log = logger("overmind")
 
 
+class _Label:
+    """``label(adapter)`` for a debug record, read when the record is formatted: the versions it names are read from
+    the installed metadata, and a debug record is mostly dropped (a spec this version does not define is
+    collected again on each later module's import)."""
+
+    __slots__ = ("adapter",)
+
+    def __init__(self, adapter: str) -> None:
+        self.adapter = adapter
+
+    def __str__(self) -> str:
+        return label(self.adapter)
+
+
 def waiting_modules(specs: Iterable[Spec | Function]) -> list[str]:
     """The modules of the lazy ``specs`` not imported yet, each once: what ``overmind_patch_later`` returns."""
     return list(dict.fromkeys(spec.module for spec in specs if spec.waiting()))
@@ -428,7 +442,7 @@ def _collect_one(adapter: str, spec: Spec | Function, targets: dict[tuple[int, s
         missing = _undefined(spec.where, spec.attr)
         if missing:
             _log.debug("%s: %s is not defined in this version (%s); nothing to patch there",
-                       label(adapter), name, missing)
+                       _Label(adapter), name, missing)
             return
         root = resolve(spec.where)
         from inspect import getattr_static  # late: activate() imports this module, and inspect costs ~10 ms
@@ -462,7 +476,7 @@ def _function_targets(adapter: str, spec: Function) -> list[PatchTarget]:
     except ModuleNotFoundError as e:
         if e.name and (spec.module == e.name or spec.module.startswith(e.name + ".")):
             _log.debug("%s: %s is not defined in this version (no module %s); nothing to patch there",
-                       label(adapter), name, e.name)
+                       _Label(adapter), name, e.name)
             return []
         interrupts.raise_users(e)
         warn(f"overmind: {label(adapter)} cannot patch {name}: {type(e).__name__}: {e}. Those loads run without the "
@@ -475,7 +489,7 @@ def _function_targets(adapter: str, spec: Function) -> list[PatchTarget]:
         return []
     if not hasattr(module, spec.name):
         _log.debug("%s: %s is not defined in this version (no %s in %s); nothing to patch there",
-                   label(adapter), name, spec.name, spec.module)
+                   _Label(adapter), name, spec.name, spec.module)
         return []
     func = get_original(module, spec.name)
     if not isinstance(func, types.FunctionType):
