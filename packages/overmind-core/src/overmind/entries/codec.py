@@ -229,11 +229,12 @@ class NotAhead(OvermindError):
     """The entry cannot be rebuilt ahead of its call (an ``overmind run`` template's build): the message says why."""
 
 
-def remember_origin(obj: Any, key: str, arguments: dict | None) -> None:
+def remember_origin(obj: Any, key: str, arguments: dict | None, *, in_files: bool = False) -> None:
     """Remember ``obj`` as the object of ``key``'s entry (see :mod:`.provenance`), unless it is one of the call's
-    ``arguments`` returned as it was (which keeps its own origin)."""
+    ``arguments`` returned as it was (which keeps its own origin). ``in_files``: ``obj`` is the loader's own result
+    of a first load, remembered only where its storages all lie untouched in checkpoint files."""
     if arguments_ref.ArgumentIndex(arguments).path_of(obj) is None:
-        provenance.remember_origin(obj, key, _config_form)
+        provenance.remember_origin(obj, key, _config_form, in_files=in_files)
 
 
 def _config_form(config: Any) -> str:

@@ -13,7 +13,15 @@ vae's weights on every call would cost as much as loading them, so a module or t
   :func:`remember_origin` describes it: the key's own description, so this module imports no key code).
 
 ``vae.half()``, ``vae.to("cuda")``, ``p.data.add_(1)``, a replaced parameter, ``vae.train()`` or an edited
-config all end that: the object is then keyed by content, or not at all. Only modules and tensors are
+config all end that: the object is then keyed by content, or not at all.
+
+The loader's own result of a first load that left a mark (admission by reuse) is keyed by the call's key the same
+way when its storages are untouched private mappings of checkpoint files (an fp16 safetensors load without
+conversion), the files checked by identity (device, inode, size, mtime, ctime) and the pages by pagemap as an
+entry's file references are (``shm/filemaps.py``), but for at most :data:`OWN_BYTES_DIGESTED` of storages of its
+own (buffers its constructor computed, BERT's ``position_ids``), checked by a digest of their bytes. So the pipeline
+given that vae has the key it has in a process whose vae came from the entry, and its next load publishes. A
+result with more bytes of its own (converted on load) is keyed by content. Only modules and tensors are
 tracked; any other result (a tokenizer, a pipeline) is keyed by its content every time.
 """
 from __future__ import annotations
@@ -31,8 +39,9 @@ from typing import Any, Callable
 from ..errors import Unkeyable
 
 _lock = threading.Lock()
-# id -> (weak reference, entry key, fingerprint form, what the form needs alive, describe_config)
-_origins: dict[int, tuple[weakref.ref, str, Any, Any, Callable[[Any], Any]]] = {}
+# id -> (weak reference, entry key, fingerprint form, what the form needs alive, describe_config, the file ids of its
+# storages for a loader's own result (None: rebuilt from an entry, its storages in entry mappings))
+_origins: dict[int, tuple[weakref.ref, str, Any, Any, Callable[[Any], Any], tuple[str, ...] | None]] = {}
 
 
 def _tensor_row(t: Any) -> tuple:
@@ -264,11 +273,16 @@ def _kept(shot: Any) -> Any:
         return shot
 
 
-def remember_origin(obj: Any, key: str, describe_config: Callable[[Any], Any]) -> None:
+def remember_origin(obj: Any, key: str, describe_config: Callable[[Any], Any], *, in_files: bool = False) -> None:
     """Record that ``obj`` was just rebuilt from the entry with ``key``. Other objects are not tracked.
-    ``describe_config`` describes a module's config, now and in every later :func:`origin_of` check."""
+    ``describe_config`` describes a module's config, now and in every later :func:`origin_of` check. ``in_files``:
+    ``obj`` is what the loader of ``key`` returned, tracked only where its storages all lie untouched in checkpoint
+    files."""
     made = fingerprint(obj, describe_config)
     if made is None:
+        return
+    files = _file_ids(made[2]) if in_files else None
+    if in_files and files is None:
         return
     try:
         # The callback is C (dict.pop, the weak reference as its ignored default): no Python code of Overmind's
@@ -278,7 +292,7 @@ def remember_origin(obj: Any, key: str, describe_config: Callable[[Any], Any]) -
     except TypeError:
         return
     with _lock:
-        _origins[id(obj)] = (ref, key, made[0], made[1], describe_config)
+        _origins[id(obj)] = (ref, key, made[0], made[1], describe_config, files)
 
 
 def origin_of(obj: Any) -> str | None:
@@ -287,11 +301,38 @@ def origin_of(obj: Any) -> str | None:
         rec = _origins.get(id(obj))
     if rec is None or rec[0]() is not obj:
         return None
-    _, key, kept, _held, describe_config = rec
+    _, key, kept, _held, describe_config, files = rec
     now = fingerprint(obj, describe_config)
-    if now is None or now[0] != kept or not _still_mapped(now[2]):
+    if now is None or now[0] != kept:
+        return None
+    if not (_still_mapped(now[2]) if files is None else _file_ids(now[2]) == files):
         return None
     return key
+
+
+OWN_BYTES_DIGESTED = 16 << 20
+
+
+def _file_ids(ranges: list[tuple[int, int]]) -> tuple[str, ...] | None:
+    """For each range, the file entry id (the file's identity) where it lies in an untouched private mapping of a
+    file, else a digest of its bytes; None where those other ranges hold more than :data:`OWN_BYTES_DIGESTED`."""
+    import ctypes
+    import hashlib
+
+    from ..shm.filemaps import FileMaps
+
+    maps = FileMaps()
+    ids, own = [], 0
+    for ptr, nbytes in ranges:
+        found = maps.locate(ptr, nbytes)
+        if found is not None:
+            ids.append(found.file_id)
+            continue
+        own += nbytes
+        if own > OWN_BYTES_DIGESTED:
+            return None
+        ids.append("bytes-" + hashlib.blake2b((ctypes.c_char * nbytes).from_address(ptr), digest_size=20).hexdigest())
+    return tuple(ids)
 
 
 __all__ = ["remember_origin", "origin_of", "snapshot", "fingerprint"]

@@ -84,6 +84,18 @@ def publishes_now(client: Any, name: str, ck: Any, result: Any, loader_s: float)
     return reused
 
 
+def remember_result(result: Any, key: str, arguments: dict | None) -> None:
+    """Key ``result``, the loader's own, by ``key`` when it is an argument of a later load, while its storages all
+    lie untouched in the checkpoint files it was loaded from (``keys/provenance.py``); never raises."""
+    from ..entries import codec
+
+    try:
+        codec.remember_origin(result, key, arguments, in_files=True)
+    except Exception as e:
+        interrupts.raise_users(e)
+        log.debug("the result of %s is keyed by its content: %s", key[:12], e)
+
+
 def _storage_bytes(result: Any) -> int:
     """The bytes of the storages ``result`` holds (0 where the walk gives up: the mark's size is then unknown)."""
     from ..entries import estimate

@@ -300,7 +300,10 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
             target = key.CacheKey(variant_key, ck.summary, ck.ambient, ck.described)
         if first and ck.key not in _start_waited and \
                 not admission_by_reuse.publishes_now(client, loader.name, ck, result, t1 - t0):
-            return result  # marked: the next load of the key publishes (the server released the claim)
+            # marked: the next load of the key publishes (the server released the claim). A result whose weights are
+            # untouched checkpoint pages is keyed as the entry's rebuild will be, when it is passed to a later load.
+            admission_by_reuse.remember_result(result, target.key, arguments)
+            return result
         refusal = _admission(client, target, result, room)
         if refusal is not None:  # the entry cannot be admitted: known before anything is pickled or written
             _release(client, ck.key)
