@@ -71,6 +71,26 @@ def test_cold_over_plain_of_the_fastest_is_not_moved_by_one_slow_plain_process(t
         charts.read_results(str(tmp_path)))["blog-first-fp16"]})
 
 
+def test_the_never_reused_first_load_has_its_column_and_an_older_result_shows_none(tmp_path):
+    charts = _charts()
+    data = _blog((3, 3, 3), 1.0)
+    data["groups"]["first"] = [{"rep": i, "times": {"from_pretrained": 1.02}, "process_s": 5.1} for i in range(3)]
+    (tmp_path / "blog-first-fp16-full-20261203-000000.json").write_text(json.dumps(data))
+    (tmp_path / "blog-first-fp32-full-20261203-000000.json").write_text(json.dumps(
+        {**_blog((3, 3, 3), 2.0), "scenario": "blog-first-fp32"}))  # a tree that published on the first load
+    cur = charts.current(charts.read_results(str(tmp_path)))
+    (fp16, fp32) = [r for r in charts.rows(cur) if r.title.endswith("the 4 calls") or "4 `from_pretrained`" in r.title]
+    assert (fp16.first, round(fp16.first_slowdown, 6), fp16.n) == (1.02, 1.02, "3/3/3/3")
+    assert (fp32.first, fp32.first_slowdown, fp32.n) == (None, None, "3/-/3/3")
+    block = charts.summary_block(cur)
+    assert "| Overmind first (never reused) |" in block and "| 1.02x | 1.50x |" in block, block
+    assert "Overmind first (never reused)" in charts.timed_detail(cur["blog-first-fp16"])
+
+
+def test_the_page_stays_under_600_lines():
+    assert len((ROOT / "docs" / "benchmarks.md").read_text().splitlines()) < 600
+
+
 def _page(tmp_path: Path, *names: str) -> Path:
     page = tmp_path / "page.md"
     page.write_text("# Title\n\nProse stays.\n\n" + "".join(
