@@ -276,7 +276,7 @@ def test_the_server_refuses_a_file_that_is_not_the_one_described(overmind_runtim
         finally:
             os.close(memfd)
             os.close(fd)
-    assert client.ls_all() == {"entries": [], "files": []}
+    assert client.ls_all() == {"entries": [], "files": [], "marks": []}
 
 
 # ---- eviction --------------------------------------------------------------------------------------------
@@ -328,7 +328,7 @@ def test_every_way_out_of_the_cache_closes_the_file(overmind_runtime, checkpoint
         assert client.evict(all=True)["evicted"] == [entry.key]
     else:
         assert client.mark_bad(entry.key, entry.entry_id)
-    assert client.ls_all() == {"entries": [], "files": []}
+    assert client.ls_all() == {"entries": [], "files": [], "marks": []}
     assert server_fds(client) == {"memfd": 0, "file": 0}
 
 
