@@ -9,6 +9,7 @@ state), and the cache serves the load whenever the check passes.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -235,3 +236,49 @@ def test_the_remembered_result_is_named_by_every_version_it_depends_on(monkeypat
         assert adapter_check._memo_path("transformers") != path, f"another {moved} must check again"
     monkeypatch.setattr(distributions, "version", real)
     assert adapter_check._memo_path("transformers") == path
+
+
+def _deco(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+class _Shapes:
+    @classmethod
+    def positional(cls, x, /, y, *args, z, **kwargs): ...
+
+    @classmethod
+    def bare(cls): ...
+
+    @classmethod
+    def star_first(*args): ...
+
+    @classmethod
+    def keyword_first(*, x): ...
+
+    @classmethod
+    @_deco
+    def wrapped(cls, path, *, dtype=None): ...
+
+    copied = classmethod(_deco(positional.__get__(None, object)))  # a copy wrapping a bound method, as transformers'
+
+    def method(self, p, q=1): ...
+
+
+def _plain_function(a, *, b): ...
+
+
+def test_parameters_read_off_the_code_are_inspects():
+    from overmind.adapters.self_check import _parameters, _plain_parameters
+
+    shapes = (_Shapes.positional, _Shapes.bare, _Shapes.star_first, _Shapes.keyword_first, _Shapes.wrapped,
+              _Shapes.copied, _Shapes().method, _Shapes.method, _plain_function, _deco(_deco(_plain_function)))
+    for loader in shapes:
+        try:
+            expected = _parameters(loader)
+        except ValueError:
+            expected = None
+        assert _plain_parameters(loader) == expected, loader

@@ -10,6 +10,8 @@ environment), and only a failure turns the adapter off.
 """
 from __future__ import annotations
 
+import types
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Mapping, Sequence
@@ -94,29 +96,87 @@ def unfit_targets(targets: list[PatchTarget], relies_on: Mapping[str, Sequence[s
     """The targets lacking a parameter ``relies_on`` names for their attribute, each with what it lacks: each
     item is a parameter name, or alternatives joined by ``|``; ``*`` stands for a ``*args`` parameter, ``**`` for
     ``**kwargs``."""
-    import inspect
-
     unfit = {}
     for t in targets:
         wanted = relies_on.get(t.name)
         if not wanted:
             continue
         where = f"{getattr(t.owner, '__qualname__', getattr(t.owner, '__name__', t.owner))}.{t.name}"
-        try:
-            params = inspect.signature(getattr(t.owner, t.name)).parameters
-        except (TypeError, ValueError) as e:
-            unfit[t] = f"the signature of {where} cannot be read ({e})"
-            continue
-        have = set(params)
-        for p in params.values():
-            if p.kind is p.VAR_POSITIONAL:
-                have.add("*")
-            elif p.kind is p.VAR_KEYWORD:
-                have.add("**")
+        loader = getattr(t.owner, t.name)
+        have = _plain_parameters(loader)
+        if have is None:
+            try:
+                have = _parameters(loader)
+            except (TypeError, ValueError) as e:
+                unfit[t] = f"the signature of {where} cannot be read ({e})"
+                continue
         missing = [item for item in wanted if not have & set(item.split("|"))]
         if missing:
             unfit[t] = f"{where} takes no {', '.join(_show(item) for item in missing)}"
     return unfit
+
+
+def _parameters(loader: Any) -> set[str]:
+    """The names of ``loader``'s parameters as :func:`inspect.signature` gives them, with ``*`` for a ``*args`` and
+    ``**`` for a ``**kwargs`` parameter."""
+    import inspect
+
+    params = inspect.signature(loader).parameters
+    have = set(params)
+    for p in params.values():
+        if p.kind is p.VAR_POSITIONAL:
+            have.add("*")
+        elif p.kind is p.VAR_KEYWORD:
+            have.add("**")
+    return have
+
+
+_CO_VARARGS, _CO_VARKEYWORDS = 0x04, 0x08
+# what makes inspect.signature read a function other than by its code
+_NOT_PLAIN = frozenset({"__signature__", "_partialmethod"})
+
+
+def _plain_parameters(loader: Any) -> set[str] | None:
+    """:func:`_parameters` read off the code objects, for a plain function or a method bound to one, through the
+    callables decorators wrap (activation checks each loader it patches as their modules are imported, and
+    :func:`inspect.signature` costs ~50 us a loader); None for anything else, which :func:`inspect.signature` reads."""
+    params = _plain_list(loader, 0)
+    if params is None:
+        return None
+    have = {name for name, _ in params}
+    have.update(kind for _, kind in params if kind in ("*", "**"))
+    return have
+
+
+def _plain_list(obj: Any, depth: int) -> list[tuple[str, str]] | None:
+    """``(name, kind)`` of each parameter in inspect's order (kind ``""``, ``"*"``, ``"kw"`` or ``"**"``), as
+    :func:`inspect.signature` finds them, where only code objects decide them; else None."""
+    if depth > 50:
+        return None
+    if isinstance(obj, types.MethodType):  # bound: inspect drops the first parameter, unless it is a *args
+        params = _plain_list(obj.__func__, depth + 1)
+        if not params or params[0][1] not in ("", "*"):
+            return None  # inspect refuses such a method: let it say so
+        return params[1:] if params[0][1] == "" else params
+    if not isinstance(obj, types.FunctionType):
+        return None
+    own = vars(obj)
+    if not _NOT_PLAIN.isdisjoint(own):
+        return None
+    if "__wrapped__" in own:  # a decorator's wrapper (functools.wraps): inspect reads what it wraps
+        return _plain_list(own["__wrapped__"], depth + 1)
+    code = obj.__code__
+    flags, npos, nkw = code.co_flags, code.co_argcount, code.co_kwonlyargcount
+    names = code.co_varnames
+    params = [(n, "") for n in names[:npos]]
+    at = npos + nkw
+    if flags & _CO_VARARGS:
+        params.append((names[at], "*"))
+        at += 1
+    params += [(n, "kw") for n in names[npos:npos + nkw]]
+    if flags & _CO_VARKEYWORDS:
+        params.append((names[at], "**"))
+    return params
 
 
 def _show(item: str) -> str:
