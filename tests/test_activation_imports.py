@@ -53,3 +53,40 @@ def test_activate_in_a_fresh_process_imports_no_library_with_every_shipped_adapt
     shipped = adapters_with_their_libraries()
     assert shipped <= set(out["names"]), out
     assert all(out["statuses"][n] == "loaded" for n in shipped), out
+
+
+def test_each_loader_is_patched_as_its_module_is_imported_and_copies_are_of_the_original(overmind_runtime):
+    """Activated first, each loader is patched when its module is imported: importing the libraries imports no
+    module of theirs for the patch (the same modules as without Overmind), and transformers' Auto classes, which
+    copy ``_BaseAutoModelClass.from_pretrained`` into each as modeling_auto runs, copy the original, not its patch."""
+    imports = """
+        import diffusers, transformers
+        from diffusers import UNet2DConditionModel
+        libraries = sorted(m for m in sys.modules if m.partition(".")[0] in ("diffusers", "transformers"))
+    """
+    plain = run_fresh(f"""
+        import sys
+        from overmind.testing import report
+        {imports}
+        report(libraries)
+    """.replace("\n        ", "\n"))
+    out = run_fresh(f"""
+        import sys
+        import overmind
+        from overmind.adapters import patching
+        from overmind.testing import report
+        overmind.activate()
+        {imports}
+        from transformers import AutoModel, AutoModelForCausalLM
+        from transformers.models.auto.auto_factory import _BaseAutoModelClass
+        from diffusers import DiffusionPipeline, ModelMixin
+        from diffusers.models.controlnets.multicontrolnet import MultiControlNetModel
+        owners = (AutoModel, AutoModelForCausalLM, _BaseAutoModelClass, ModelMixin, DiffusionPipeline,
+                  MultiControlNetModel)
+        originals = [patching.get_original(o, "from_pretrained").__func__.__code__.co_name for o in owners]
+        report({{"libraries": libraries, "patched": [patching.is_patched(o, "from_pretrained") for o in owners],
+                 "patches_as_originals": [n for n in originals if n == "cached_classmethod"]}})
+    """.replace("\n        ", "\n"))
+    assert out["libraries"] == plain
+    assert out["patched"] == [True] * 6, out
+    assert out["patches_as_originals"] == [], out

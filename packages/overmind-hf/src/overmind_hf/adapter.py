@@ -5,8 +5,6 @@ may swap ``SPECS``), and hands its hooks on from a :class:`HubAdapter` over itse
 
     ADAPTER = "diffusers"                         # the adapter's name, and the library it instruments
     SPECS = (Spec("diffusers...:DiffusionPipeline"), ...)
-    OVERRIDERS_IN = (...)                         # modules defining classes that override a spec's loader:
-                                                  # collected again once imported, never imported for the patch
     PRELOAD = (...)                               # modules imported before collecting (an ImportError fails)
     PRELOAD_IF_PRESENT = (...)                    # the same, skipped where this version lacks them
     DYNAMIC_MODULES = "diffusers_modules"         # where the library puts remote code
@@ -101,11 +99,8 @@ class HubAdapter:
 
     @hookimpl
     def overmind_patch_later(self) -> list[str]:
-        """The modules of the plugin's lazy ``SPECS`` and of its ``OVERRIDERS_IN`` the user has not imported:
-        patched once they are."""
-        plugin = self._plugin
-        overriders = [m for m in getattr(plugin, "OVERRIDERS_IN", ()) if m not in sys.modules]
-        return list(dict.fromkeys(waiting_modules(plugin.SPECS) + overriders))
+        """The modules of the plugin's lazy ``SPECS`` the user has not imported: patched once they are."""
+        return waiting_modules(self._plugin.SPECS)
 
     @hookimpl
     def overmind_self_check(self) -> SelfCheck:

@@ -22,7 +22,9 @@ from .arguments import normalise
 ADAPTER = "transformers"
 SPECS = (
     Spec("transformers.modeling_utils:PreTrainedModel", lazy=True),
-    Spec("transformers.models.auto.auto_factory:_BaseAutoModelClass", lazy=True),
+    # named where the Auto model classes copy its from_pretrained (modeling_auto): patched once they have, so that
+    # each copy is of the original, then patched itself as an overrider
+    Spec("transformers.models.auto.modeling_auto:_BaseAutoModelClass", lazy=True),
     Spec("transformers.models.auto.tokenization_auto:AutoTokenizer", lazy=True),
     Spec("transformers.models.auto.processing_auto:AutoProcessor", lazy=True),
     Spec("transformers.models.auto.image_processing_auto:AutoImageProcessor", lazy=True),
@@ -35,15 +37,12 @@ SPECS = (
 # Each loader is patched when its module is imported (lazy), however transformers' lazy imports reach it: a class
 # cannot be called before its module is imported, and ``import transformers`` imports none of them; importing them
 # for the patch would cost every process that imports transformers (diffusers does) modules it never uses.
-# The module whose import defines the Auto model classes (each gets its own copy of from_pretrained): they are
-# collected, as overriders of _BaseAutoModelClass's, once it is imported.
-OVERRIDERS_IN = ("transformers.models.auto.modeling_auto",)
 DYNAMIC_MODULES = "transformers_modules"
 key_for_value = values.key_for_value  # configs and generation configs by content, tokenizers' Rust parts
 self_check_sample = _sample.sample  # a two-layer BERT and a word-level fast tokenizer, built in memory
 self_check_describe = _sample.describe
 refusal = hub_kernels.refusal  # a model whose layers run Hub kernels (transformers >= 5.25)
-__all__ = ["ADAPTER", "SPECS", "OVERRIDERS_IN", "DYNAMIC_MODULES", "normalise", "key_for_value", "self_check_sample",
+__all__ = ["ADAPTER", "SPECS", "DYNAMIC_MODULES", "normalise", "key_for_value", "self_check_sample",
            "self_check_describe", "refusal"]
 
 _hub = HubAdapter(__name__)
