@@ -73,7 +73,7 @@ def publishes_now(client: Any, name: str, ck: Any, result: Any, loader_s: float)
     except Exception as e:  # no answer: nothing is lost, the result is the plain one, and the claim is given back
         interrupts.raise_users(e)
         log.debug("first load of %s (entry %s) not marked: %s", name, key[:12], e)
-        with contextlib.suppress(Exception):
+        with interrupts.suppress(Exception):
             client.release(key)
         return False
     if reused:

@@ -11,8 +11,9 @@ most, which a child's hit then takes ready-made (:mod:`overmind.runner.prebuild`
 It imports only. It never initialises CUDA and never runs a thread: before every fork it counts
 ``/proc/self/task`` and refuses, saying which threads there are, if there is more than one (a fork copies
 only the forking thread, so a lock another thread held stays locked forever in the child). OpenBLAS starts
-its worker threads when numpy loads it, so the template loads it with ``OPENBLAS_NUM_THREADS=1`` and each
-child sets the thread count a fresh process would have had (:mod:`overmind.runner.threads`).
+its worker threads when numpy loads it, so the template runs with ``OPENBLAS_NUM_THREADS=1`` (numpy may load as a
+library is preloaded or as an object built ahead imports its model's module) and each child sets the thread count
+a fresh process would have had (:mod:`overmind.runner.threads`).
 
 A ``run`` is handed to the spare, a child forked ahead of the request (:mod:`overmind.runner.spare`), or where
 there is none, to a child forked on the request. The loop is one thread with a selector: the listening socket,
@@ -91,9 +92,8 @@ class Template:
         """Import everything, bind, write the info file; returns the info."""
         from . import envkey, preload, registry
 
-        forced_blas = not any(k in os.environ for k in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS"))
-        if forced_blas:
-            os.environ["OPENBLAS_NUM_THREADS"] = "1"
+        if not any(k in os.environ for k in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS")):
+            os.environ["OPENBLAS_NUM_THREADS"] = "1"  # for the template's life: its children set their own
         # '' (python -c): the template's cwd, not a library; with -P or -I there is no such entry
         first = sys.path.pop(0) if sys.path and envkey.has_path0() else None
         try:
@@ -106,8 +106,6 @@ class Template:
         finally:
             if first is not None:
                 sys.path.insert(0, first)
-            if forced_blas:
-                os.environ.pop("OPENBLAS_NUM_THREADS", None)
         from ..adapter import version_of
         from ..client import launcher  # noqa: F401  (a child's first load asks it whether a server runs)
         from ..keys import code_identity
