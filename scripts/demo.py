@@ -90,7 +90,7 @@ with torch.no_grad():
 print(json.dumps({"load_s": t1 - t0, "ready": ready, "checksum": float(emb.double().mean(dim=1)[0, :8].sum()),
                   "where": where(next(model.parameters()).data_ptr())}))
 '''
-DOCTOR = ("zero-copy", "adapter diffusers", "adapter transformers", "library torch", "library diffusers",
+DOCTOR = ("memfd", "zero-copy", "adapter diffusers", "adapter transformers", "library torch", "library diffusers",
           "library transformers")  # the checks of what the demo uses (the venv may hold other adapters' packages)
 
 

@@ -45,7 +45,7 @@ def test_the_table_pairs_each_use_plain_against_overmind():
     assert "second load, which publishes it: 3.10 s (1.19x plain)" in text, text
 
 
-@pytest.mark.long(100)  # seconds on a CI machine: conftest.py runs it early
+@pytest.mark.long(70)  # seconds on a CI machine: conftest.py runs it early
 def test_demo_shows_what_overmind_is_for_in_fresh_processes(tmp_path):
     before = set(glob.glob("/tmp/om-demo-*"))
     out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "demo.py")], capture_output=True,
