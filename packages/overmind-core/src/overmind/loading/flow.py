@@ -243,16 +243,18 @@ def _load_claimed(client, loader: key.Loader, ck: key.CacheKey, args: tuple, kwa
     load_arena = None if first else arena.open_arena()
     try:
         try:
-            generators = randomness.snapshot()
-            modules_before, call_start_ns = code_deps.modules_now(), time.time_ns()
-            arguments_before = argument_writes.before(arguments)
-            state_before = writes_recording.start()
+            with gc_pause.paused():  # the states a hit must reproduce, copied: no collection over the heap meanwhile
+                generators = randomness.snapshot()
+                modules_before, call_start_ns = code_deps.modules_now(), time.time_ns()
+                arguments_before = argument_writes.before(arguments)
+                state_before = writes_recording.start()
             with loader_warnings.recording(call_frame) as warned, \
                     loader_logs.recording(lambda: len(warned.records)) as logged, \
                     _following_draws(generators) as draws:
                 result = fn(*args, **kwargs)
-            wrote = writes_recording.finish(state_before)
-            changed = argument_writes.since(arguments_before)
+            with gc_pause.paused():
+                wrote = writes_recording.finish(state_before)
+                changed = argument_writes.since(arguments_before)
         finally:
             stack.pop()
             if load_arena is not None:

@@ -29,6 +29,8 @@ import threading
 from types import FrameType, TracebackType
 from typing import Callable, Generic, TypeVar
 
+from ..._util import gc_pause
+
 R = TypeVar("R", bound="Recording")
 
 
@@ -131,18 +133,22 @@ class Recorder(Generic[R]):
     def __init__(self, running: Running[R], rec: R) -> None:
         self._running, self._rec = running, rec
 
+    # Starting and ending a recording copies what it compares (a process's loggers, warning registries): thousands
+    # of objects, made with the collector paused (gc_pause.py), so no full collection of the heap comes due there.
     def __enter__(self) -> R:
-        try:
-            self._running._enter(self._rec, sys._getframe(1))
-        except BaseException:
-            self._running._exit(self._rec)
-            raise
+        with gc_pause.paused():
+            try:
+                self._running._enter(self._rec, sys._getframe(1))
+            except BaseException:
+                self._running._exit(self._rec)
+                raise
         return self._rec
 
     def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        try:
-            if typ is None:
-                self._rec.finish()
-        finally:
-            self._running._exit(self._rec)
+        with gc_pause.paused():
+            try:
+                if typ is None:
+                    self._rec.finish()
+            finally:
+                self._running._exit(self._rec)
