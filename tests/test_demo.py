@@ -40,9 +40,9 @@ def test_the_table_pairs_each_use_plain_against_overmind():
     rows = {line[:3]: line for line in lines if line.startswith("(")}
     assert list(rows) == ["(a)", "(b)", "(c)", "(d)"]
     assert rows["(a)"].endswith("26.00x") and rows["(b)"].endswith("30.00x"), text
-    assert rows["(c)"].endswith("1.00x") and "first load" in rows["(c)"], text
+    assert rows["(c)"].endswith("0.96x") and "first load" in rows["(c)"], text  # 2.6/2.7, 2.4/2.5, 2.8/2.6
     assert rows["(d)"].endswith("5.00x") and "1.07 B parameters" in text, text
-    assert "second load, which publishes it: 3.10 s (1.19x plain)" in text, text
+    assert "second load, which publishes it: 3.10 s (1.19x plain's median)" in text, text
 
 
 @pytest.mark.long(70)  # seconds on a CI machine: conftest.py runs it early
