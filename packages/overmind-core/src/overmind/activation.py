@@ -83,8 +83,12 @@ def _apply_adapter(state: AdapterState, strict: bool) -> None:
     try:
         targets = hooks.patch_targets(state.name)
         check = hooks.self_check(state.name)
-        if state.untested and not _passes_self_check(state, targets, check, strict):
-            return
+        if state.untested:
+            if not _passes_self_check(state, targets, check, strict):
+                return
+            # its sample imported more of the library: the loaders of those modules are patched now, as they are
+            # no longer among the modules still to come
+            targets = hooks.patch_targets(state.name)
         applied = _patch_all(state, _fitting(state, targets, check))
     except Exception as e:
         interrupts.raise_users(e)

@@ -39,18 +39,25 @@ def run(adapter: str, targets: list[PatchTarget], check: SelfCheck | None) -> Ou
     """Check adapter ``adapter`` against the installed library: its ``targets`` (collected, not patched yet),
     its reducers, and its sample's round trip (remembered per environment). A target whose signature lacks what
     the adapter reads is left out (named in the detail); the check fails when none is left, when a reducer is
-    not callable or when the sample does not come back equal."""
+    not callable or when the sample does not come back equal. An adapter with no target yet whose loaders are
+    patched as their modules are imported (``overmind_patch_later``) is not failed for it: each of those is
+    fitted as it comes (``activation._fitting``)."""
     relies_on = check.relies_on if check is not None else {}
     unfit = unfit_targets(targets, relies_on)
     problems = _reducer_problems(adapter)
-    if relies_on and len(unfit) == len(targets):
+    later = [] if targets else _later_modules(adapter)
+    if relies_on and len(unfit) == len(targets) and not later:
         problems.insert(0, "none of the loaders it patches exists in this version" if not targets else
                         "no loader it patches takes the parameters it reads: " + "; ".join(unfit.values()))
     if problems:
         return Outcome(False, "; ".join(problems))
     fit = len(targets) - len(unfit)
-    said = [f"{fit} loader{'s' if fit != 1 else ''} " + ("fit" if relies_on else "found") if targets
-            else "it patches no loader"]
+    if later:
+        said = [f"its loaders are checked as their modules are imported ({len(later)} module"
+                f"{'s' if len(later) != 1 else ''})"]
+    else:
+        said = [f"{fit} loader{'s' if fit != 1 else ''} " + ("fit" if relies_on else "found") if targets
+                else "it patches no loader"]
     if unfit:
         said.append(f"{len(unfit)} left unpatched ({'; '.join(unfit.values())})")
     if check is None or check.sample is None:
@@ -72,8 +79,22 @@ def check_installed(adapter: str) -> Outcome:
     for group in state.modules:
         importlib.import_module(group[0])
     discovery.get_manager()
+    for module in _later_modules(adapter):  # every loader it would patch, each checked (this release may lack some)
+        with interrupts.suppress(ImportError):
+            importlib.import_module(module)
     state.self_check = run(adapter, hooks.patch_targets(adapter), hooks.self_check(adapter))
     return state.self_check
+
+
+def _later_modules(adapter: str) -> list[str]:
+    """The modules whose import patches more of ``adapter``'s loaders (none where it cannot say)."""
+    from ..adapters import hooks
+
+    try:
+        return list(hooks.patch_later(adapter))
+    except Exception as e:
+        interrupts.raise_users(e)
+        return []
 
 
 def _reducer_problems(adapter: str) -> list[str]:
