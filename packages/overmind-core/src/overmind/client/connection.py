@@ -37,7 +37,7 @@ from typing import Any, Iterable
 from .._util import interrupts
 from .._version import __version__
 from ..errors import OvermindError, ProtocolMismatch, ServerError, ServerUnavailable
-from ..ipc import peer, runtime
+from ..ipc import ops, peer, runtime
 from ..ipc.protocol import PROTOCOL_VERSION, ConnectionClosed, FrameError, close_fds, recv_message, send_message
 from . import timeouts
 from .transport import ReplyTimeout, TimedSocket, TransportError
@@ -162,11 +162,11 @@ class Client:
         costs one round trip. Raises ``ServerError`` with ``reason`` ``not sealed``, ``dep missing`` or
         ``budget``, ``file changed``. ``files``: ``(description, read-only fd)`` of the checkpoint files the entry
         references (``shm.filemaps.open_referenced``), left open."""
-        msg: dict[str, Any] = {"op": "publish", "key": key, "deps": list(deps), "meta": meta or {}}
+        fields: dict[str, Any] = {"key": key, "deps": list(deps), "meta": meta or {}}
         files = list(files)
         if files:
-            msg["files"] = [description for description, _ in files]
-        reply, fds = self._request(msg, [fd, *(file_fd for _, file_fd in files)])
+            fields["files"] = [description for description, _ in files]
+        reply, fds = self._call("publish", fields, [fd, *(file_fd for _, file_fd in files)])
         entry = reply.get("entry")
         if reply.get("status") != "hit" or reply.get("key") != key or not (
                 isinstance(entry, dict) and entry.get("key") == key):
@@ -191,25 +191,20 @@ class Client:
         sent (no new connection is opened just to release nothing)."""
         if getattr(self._local, "conn", None) is None or os.getpid() != self._pid:
             return False
-        reply, fds = self._request({"op": "release", "key": key}, retry=False)
-        close_fds(fds)
-        return bool(reply.get("released"))
+        return bool(self._plain("release", {"key": key}, retry=False).get("released"))
 
     def admit(self, key: str, nbytes: int) -> dict[str, Any]:
         """Whether the server can admit an entry of ``nbytes`` for ``key`` (``server/admission.py``): ``{"admitted":
         True}``, or the refusal with its ``message``. Asked before the entry is pickled and written."""
-        reply, fds = self._request({"op": "admit", "key": key, "nbytes": int(nbytes)})
-        close_fds(fds)
-        return {k: v for k, v in reply.items() if k not in ("ok", "id")}
+        return self._plain("admit", {"key": key, "nbytes": int(nbytes)})
 
     def first_done(self, key: str, nbytes: int, loader: str = "", summary: str = "") -> bool:
         """A first load of ``key`` ran under this thread's claim: whether to publish it (another process asked for
         it meanwhile, and waits for the entry). False: the server marked the key, with ``nbytes`` as its entry's
         estimated size (``loader`` and ``summary`` say what it is, for ``overmind ls``), and released the claim; the
         next load publishes (``server/marks.py``)."""
-        reply, fds = self._request({"op": "first_done", "key": key, "nbytes": int(nbytes), "loader": loader,
-                                    "summary": summary})
-        close_fds(fds)
+        reply = self._plain("first_done", {"key": key, "nbytes": int(nbytes), "loader": loader,
+                                           "summary": summary})
         return bool(reply.get("publish"))
 
     # ---- mark_bad (server op 'bad', owned by the server side) ----
@@ -217,47 +212,44 @@ class Client:
         """Tell the server entry ``entry_id`` of ``key`` does not rebuild: it stops serving it (the next get
         is a claim, so the loader republishes) and frees it once no entry references it. False if that entry
         no longer serves ``key``."""
-        reply, fds = self._request({"op": "bad", "key": key, "entry_id": entry_id})
-        close_fds(fds)
-        return bool(reply.get("marked"))
+        return bool(self._plain("bad", {"key": key, "entry_id": entry_id}).get("marked"))
     # ---- end mark_bad ----
 
     def fds(self, entry_ids: Iterable[str]) -> dict[str, int]:
         """Fresh fds of ``entry_ids`` (caller closes them); ``ServerError`` if one is no longer cached."""
         ids = list(entry_ids)
-        reply, fds = self._request({"op": "fds", "entry_ids": ids})
+        reply, fds = self._call("fds", {"entry_ids": ids})
         return self._pair(reply.get("fd_entries", []), fds)
 
     def blobs(self, keys: Iterable[str]) -> tuple[list[tuple[int, str, int]], dict[str, int]]:
         """Entries that may hold the bytes of blob ``keys`` (``overmind.entries.dedup``, which compares them):
         ``[(position in keys, entry_id, offset)]`` and an fd of each entry named (the caller closes them)."""
-        reply, fds = self._request({"op": "blobs", "keys": list(keys)})
+        reply, fds = self._call("blobs", {"keys": list(keys)})
         fd_map = self._pair(reply.get("fd_entries", []), fds)
         found = [tuple(f) for f in reply.get("found") or () if isinstance(f, list) and len(f) == 3]
         return found, fd_map
 
     def status(self) -> dict[str, Any]:
         """The server's status: pid, uptime, version, protocol, entries, bytes, max_bytes, clients, ..."""
-        return self._plain({"op": "status"})
+        return self._plain("status", {})
 
     def ls(self) -> list[dict[str, Any]]:
         """Every cached entry with its size, hits, last use, meta, deps and referents."""
-        return self._plain({"op": "ls"})["entries"]
+        return self._plain("ls", {})["entries"]
 
     def ls_all(self) -> dict[str, Any]:
         """The whole ``ls`` reply: ``entries`` as :meth:`ls`, and ``files``, the checkpoint files entries
         reference (``entry_id``, ``path``, ``nbytes``, ``referenced_by``, ``changed``), and ``marks``, the keys
         loaded once and not published (``key``, ``nbytes``, ``loader``, ``summary``, ``first_load``, ``last_load``,
         ``loads``: ``server/marks.py``)."""
-        reply = self._plain({"op": "ls"})
+        reply = self._plain("ls", {})
         return {"entries": reply["entries"], "files": reply.get("files", []), "marks": reply.get("marks", [])}
 
     def evict(self, key: str | None = None, all: bool = False) -> dict[str, Any]:
         """Evict ``key`` or everything; returns ``{"evicted": [keys], "refused": [{key, reason}]}``."""
         if not all and key is None:
             raise ValueError("evict needs a key or all=True")
-        msg: dict[str, Any] = {"op": "evict", "all": True} if all else {"op": "evict", "key": key}
-        return self._plain(msg)
+        return self._plain("evict", {"all": True} if all else {"key": key})
 
     def stop(self) -> dict[str, Any]:
         """Ask the server to exit and wait until it has released its runtime directory.
@@ -265,7 +257,7 @@ class Client:
         Never starts a server; raises ``ServerUnavailable`` if none is running.
         """
         self._connection(autostart=False)
-        reply = self._plain({"op": "stop"}, retry=False)
+        reply = self._plain("stop", {}, retry=False)
         self._drop_connection()
         _wait_server_gone(self.runtime_dir, self.socket_path)
         return reply
@@ -279,14 +271,39 @@ class Client:
         self._local = threading.local()
 
     # ---- one request -----------------------------------------------------------------------------------
+    def call(self, op: str, /, **fields: Any) -> tuple[dict[str, Any], list[int]]:
+        """Ask the server ``op`` with ``fields``, checked against its row in ``overmind.ipc.ops``
+        (``RequestError`` for a field left out or not declared there): the reply's fields and the
+        fds it carried, which the caller owns and closes. A refusal raises ``ServerError`` with its
+        ``reason``. The named requests above are this, with a typed answer.
+
+        >>> reply, fds = client.call("status")
+        """
+        reply, fds = self._call(op, fields)
+        return {k: v for k, v in reply.items() if k not in ("ok", "id")}, fds
+
+    def _call(self, op: str, fields: dict[str, Any], fds: list[int] | tuple[()] = (), *,
+              timeout: float | None = None, retry: bool = True) -> tuple[dict[str, Any], list[int]]:
+        """:meth:`call` with the fds to send, the reply's deadline and whether to retry once on a
+        new connection (:meth:`_request`); the reply as it came."""
+        if op in ops.OPS and ops.OPS[op].daemon != ops.SERVER:
+            raise ops.RequestError(f"{op!r} is an op of the {ops.OPS[op].daemon}, not the server's")
+        return self._request(ops.request(op, **fields), fds, timeout=timeout, retry=retry)
+
+    def _plain(self, op: str, fields: dict[str, Any], retry: bool = True) -> dict[str, Any]:
+        """The reply's fields to a request that brings no fds back (any that come are closed)."""
+        reply, fds = self._call(op, fields, retry=retry)
+        close_fds(fds)
+        return {k: v for k, v in reply.items() if k not in ("ok", "id")}
+
     def _get_once(self, key: str, claim: bool, wait_s: float | None,
                   quiet: bool = False) -> tuple[dict[str, Any], list[int]]:
-        msg = {"op": "get", "key": key, "claim": claim, "wait": wait_s is not None, "timeout": wait_s}
+        fields = {"key": key, "claim": claim, "wait": wait_s is not None, "timeout": wait_s}
         if quiet:
-            msg["quiet"] = True
+            fields["quiet"] = True
         # The server answers a waiting get within wait_s; one reply timeout more covers the trip.
         budget = None if wait_s is None else wait_s + timeouts.reply_timeout()
-        reply, fds = self._request(msg, timeout=budget)
+        reply, fds = self._call("get", fields, timeout=budget)
         status, entry = reply.get("status"), reply.get("entry")
         if (reply.get("key") != key or status not in _GET_STATUSES
                 or (status == "hit" and not (isinstance(entry, dict) and entry.get("key") == key))):
@@ -347,11 +364,6 @@ class Client:
         timed = TimedSocket(conn, seconds)
         send_message(timed, msg, fds)  # type: ignore[arg-type]
         return recv_message(timed)  # type: ignore[arg-type]
-
-    def _plain(self, msg: dict[str, Any], retry: bool = True) -> dict[str, Any]:
-        reply, fds = self._request(msg, retry=retry)
-        close_fds(fds)
-        return {k: v for k, v in reply.items() if k not in ("ok", "id")}
 
     def _no_answer(self, op: str, seconds: float) -> str:
         pid = (self.server_info or {}).get("server_pid", "?")
@@ -431,8 +443,9 @@ class Client:
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
                 server_pid = self._open(sock, autostart)
             timed = TimedSocket(sock, seconds)
-            send_message(timed, {"op": "hello", "protocol": PROTOCOL_VERSION, "pid": os.getpid(),  # type: ignore
-                                 "version": __version__})
+            hello = ops.request("hello", protocol=PROTOCOL_VERSION, pid=os.getpid(),
+                                version=__version__)
+            send_message(timed, hello)  # type: ignore[arg-type]
             reply, fds = recv_message(timed)  # type: ignore[arg-type]
             close_fds(fds)
         except ReplyTimeout:

@@ -14,6 +14,7 @@ import sys
 import time
 
 from .._version import __version__
+from ..ipc import ops
 from ..ipc.protocol import PROTOCOL_VERSION, close_fds
 from . import blobs
 from .log import log
@@ -141,45 +142,52 @@ class Connection:
     # ---- hello and requests ----------------------------------------------------------------------------
     def _hello(self, msg: dict[str, Any]) -> None:
         if msg.get("op") != "hello":
-            self._send(msg, {"ok": False, "reason": "bad request",
-                             "error": "the first request on a connection must be 'hello'; use overmind.client"})
+            self._send(msg, ops.error("the first request on a connection must be 'hello'; use "
+                                      "overmind.client", reason="bad request"))
             self.closing = True
             return
-        theirs = msg.get("protocol")
+        try:
+            ops.check(msg, ops.SERVER)
+        except ops.RequestError as exc:
+            self._send(msg, ops.error(str(exc), reason="bad request"))
+            self.closing = True
+            return
+        theirs = msg["protocol"]
         if theirs != PROTOCOL_VERSION:
             log.warning("refused pid %d: it speaks protocol %r, this server speaks %d", self.peer_pid, theirs,
                         PROTOCOL_VERSION)
-            self._send(msg, {
-                "ok": False, "reason": "protocol", "protocol": PROTOCOL_VERSION, "server_pid": os.getpid(),
-                "version": __version__,
-                "error": (f"protocol mismatch: the client speaks protocol {theirs!r}, the server (pid "
-                          f"{os.getpid()}, overmind {__version__}) speaks {PROTOCOL_VERSION}. Stop the old "
-                          f"server with 'overmind stop' so a matching one starts, or upgrade overmind."),
-            })
+            self._send(msg, ops.error(
+                f"protocol mismatch: the client speaks protocol {theirs!r}, the server (pid "
+                f"{os.getpid()}, overmind {__version__}) speaks {PROTOCOL_VERSION}. Stop the old "
+                f"server with 'overmind stop' so a matching one starts, or upgrade overmind.",
+                reason="protocol", **self._op_hello(msg, [])[0]))
             self.closing = True
             return
         self.greeted = True
         self.server.client_count(+1)
-        self._send(msg, {"ok": True, "protocol": PROTOCOL_VERSION, "server_pid": os.getpid(),
-                         "version": __version__})
+        self._send(msg, ops.ok(self._op_hello(msg, [])[0]))
 
     def _serve(self, msg: dict[str, Any], fds: list[int]) -> None:
-        op = msg.get("op")
-        handler = getattr(self, f"_op_{op}", None) if isinstance(op, str) else None
         try:
-            if handler is None:
-                close_fds(fds)
-                raise BadRequest(f"unknown op {op!r}; this server (protocol {PROTOCOL_VERSION}) knows "
-                                 f"{', '.join(_OPS)}")
+            op = ops.check(msg, ops.SERVER)
+        except ops.RequestError as exc:
+            close_fds(fds)
+            self._send(msg, ops.error(str(exc), reason="bad request"))
+            return
+        if op.fds_in is None:
+            close_fds(fds)
+            fds = []
+        try:
             # A handler owns the received fds from here on, success or not.
-            answer = handler(msg, fds)
+            answer = _HANDLERS[op.name](self, msg, fds)
         except StoreError as exc:
-            answer = {"ok": False, "reason": exc.reason, "error": str(exc)}, []
+            self._send(msg, ops.error(str(exc), reason=exc.reason))
+            return
         if answer is None:
             return  # a get parked on another's claim
         reply, out_fds = answer
-        self._send(msg, reply, out_fds)
-        if op == "stop":
+        self._send(msg, ops.ok(reply), out_fds)
+        if op.name == "stop":
             self.closing = True
             self.server.request_stop(f"'stop' from pid {self.peer_pid}")
 
@@ -193,11 +201,12 @@ class Connection:
         assert self.waiting is not None
         msg, self.waiting = self.waiting.msg, None
         self.server.stop_waiting(self)
-        self._send(msg, *self._get_reply(msg, out))
+        reply, fds = self._get_reply(msg, out)
+        self._send(msg, ops.ok(reply), fds)
 
     @staticmethod
     def _get_reply(msg: dict[str, Any], out: GetOutcome) -> tuple[dict[str, Any], list[int]]:
-        reply: dict[str, Any] = {"ok": True, "status": out.status, "key": msg["key"]}
+        reply: dict[str, Any] = {"status": out.status, "key": msg["key"]}
         if out.status == "hit":
             reply["entry"] = out.entry
             reply["fd_entries"] = out.fd_entries
@@ -216,13 +225,12 @@ class Connection:
         self.store.adopt(key, self.conn_id, self.peer_pid)
         return key
 
-    # ---- ops: each takes (msg, received fds) and returns (reply, fds to send), or None when parked ---------
+    # ---- ops (ipc/ops.py): each takes (msg, received fds) and returns (the reply's fields, fds to
+    # send), or None when parked; the fds of an op that takes none are closed before it runs
     def _op_hello(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
-        close_fds(fds)
-        return {"ok": True, "protocol": PROTOCOL_VERSION, "server_pid": os.getpid(), "version": __version__}, []
+        return {"protocol": PROTOCOL_VERSION, "server_pid": os.getpid(), "version": __version__}, []
 
     def _op_get(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]] | None:
-        close_fds(fds)
         key = self._own_key(msg)
         timeout = msg.get("timeout")
         if timeout is not None and (not isinstance(timeout, (int, float)) or isinstance(timeout, bool)):
@@ -262,55 +270,48 @@ class Connection:
 
     def _op_blobs(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
         # Which entries hold bytes that may equal a publisher's storages (overmind.entries.dedup compares them).
-        close_fds(fds)
         try:
             keys = blobs.parse_keys(msg.get("keys"))
         except blobs.BadBlobs as exc:
             raise BadRequest(str(exc)) from None
         found, ids, out_fds = self.store.find_blobs(keys)
-        return {"ok": True, "found": [list(f) for f in found], "fd_entries": ids}, out_fds
+        return {"found": [list(f) for f in found], "fd_entries": ids}, out_fds
 
     def _op_admit(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
         # Before a publisher pickles and writes: can an entry of this size be admitted? (server/admission.py)
-        close_fds(fds)
         need = msg.get("nbytes")
         if not isinstance(need, int) or isinstance(need, bool) or need < 0:
             raise BadRequest(f"'nbytes' must be the entry's estimated size in bytes, got {need!r}")
-        return {"ok": True, **self.store.admit(self._own_key(msg), need)}, []
+        return self.store.admit(self._own_key(msg), need), []
 
     def _op_first_done(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
         # A first load ran under this connection's claim: publish (reused meanwhile) or leave a mark (marks.py)
-        close_fds(fds)
         need = msg.get("nbytes")
         if not isinstance(need, int) or isinstance(need, bool) or need < 0:
             raise BadRequest(f"'nbytes' must be the entry's estimated size in bytes, got {need!r}")
         loader, summary = (str(msg.get(k) or "")[:MAX_MARK_TEXT] for k in ("loader", "summary"))
-        return {"ok": True, "publish": self.store.first_done(self._own_key(msg), self.conn_id, need, loader,
-                                                             summary)}, []
+        publish = self.store.first_done(self._own_key(msg), self.conn_id, need, loader, summary)
+        return {"publish": publish}, []
 
     def _op_release(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
-        close_fds(fds)
-        return {"ok": True, "released": self.store.release(self._own_key(msg), self.conn_id)}, []
+        return {"released": self.store.release(self._own_key(msg), self.conn_id)}, []
 
     def _op_bad(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
-        close_fds(fds)
         entry_id = msg.get("entry_id")
         if not isinstance(entry_id, str):
             raise BadRequest(f"'entry_id' must be the id of the entry that failed, got {entry_id!r}")
-        return {"ok": True, "marked": self.store.mark_bad(_key(msg), entry_id)}, []
+        return {"marked": self.store.mark_bad(_key(msg), entry_id)}, []
 
     def _op_fds(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
-        close_fds(fds)
         ids = msg.get("entry_ids")
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise BadRequest(f"'entry_ids' must be a list of entry ids, got {ids!r}")
-        return {"ok": True, "fd_entries": ids}, self.store.fds(ids)
+        return {"fd_entries": ids}, self.store.fds(ids)
 
     def _op_status(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
-        close_fds(fds)
         stats = self.store.stats()
         return {
-            "ok": True, "pid": os.getpid(), "uptime": time.monotonic() - self.server.started,
+            "pid": os.getpid(), "uptime": time.monotonic() - self.server.started,
             "version": __version__, "protocol": PROTOCOL_VERSION, "entries": stats["entries"],
             "bytes": stats["bytes"], "max_bytes": stats["max_bytes"], "claims": stats["claims"],
             "waiting": self.server.waiting_count(), "clients": self.server.clients,
@@ -321,25 +322,22 @@ class Connection:
         }, []
 
     def _op_ls(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
-        close_fds(fds)
-        return {"ok": True, "entries": self.store.listing(), "files": self.store.file_listing(),
+        return {"entries": self.store.listing(), "files": self.store.file_listing(),
                 "marks": self.store.marks.listing()}, []
 
     def _op_evict(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
-        close_fds(fds)
         if msg.get("all"):
             evicted, refused = self.store.evict(all=True)
         else:
             evicted, refused = self.store.evict(_key(msg))
-        return {"ok": True, "evicted": evicted, "refused": refused}, []
+        return {"evicted": evicted, "refused": refused}, []
 
     def _op_stop(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
-        close_fds(fds)
-        return {"ok": True, "pid": os.getpid()}, []
+        return {"pid": os.getpid()}, []
 
 
 MAX_MARK_TEXT = 400  # a mark's loader name and argument summary, for 'overmind ls', cut to this many characters
-_OPS = sorted(name[4:] for name in vars(Connection) if name.startswith("_op_"))
+_HANDLERS = ops.handlers(Connection, ops.SERVER)
 
 
 def _key(msg: dict) -> str:
