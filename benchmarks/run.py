@@ -1,6 +1,6 @@
 """Run benchmark scenarios and print their tables (markdown), saving raw samples under benchmarks/results/.
 
-    python benchmarks/make_fixture.py --scale full          # once (the small scale for a quick try)
+    python benchmarks/fixtures/make_fixture.py --scale full # once (the small scale for a quick try)
     python benchmarks/run.py blog-fp16 --scale full -n 5
     python benchmarks/run.py all --scale small -n 2         # every scenario, quickly
     python benchmarks/run.py blog-fp16=5 memory-fp32=1 --scale full
@@ -28,6 +28,10 @@ Scenarios (each process is fresh; plain and Overmind alternate, the order flippi
 
 ``--via load`` wraps the scenario's loader calls in ``overmind.load`` instead of ``overmind.activate()``
 (for trying the core before an adapter exists; the tables say which was used).
+
+A scenario's result (``<scenario>-<scale>-<stamp>.json`` and the printed tables as ``.md``) replaces its older one in
+benchmarks/results/, which keeps the newest result of each scenario; a quicker run than the one there (the small
+scale, or fewer than 3 repetitions, against a fuller run) goes to benchmarks/results/logs/<stamp>/ instead.
 """
 from __future__ import annotations
 
@@ -38,10 +42,11 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "harness"))
 
 import harness  # noqa: E402
 import report  # noqa: E402
+import result_files  # noqa: E402
 
 SCEN = os.path.join(HERE, "scenarios")
 RESULTS = os.path.join(HERE, "results")
@@ -78,8 +83,8 @@ def fixture(scale: str, needed: tuple[str, ...] | None = None) -> dict[str, str]
              ("sd15-fp16", "sd15-fp32", "controlnet-depth", "controlnet-edge", "llama-1b")}
     for name, path in paths.items():
         if (needed is None or name in needed) and not os.path.exists(os.path.join(path, ".complete")):
-            sys.exit(f"run.py: the {scale} fixture is missing {path}. Run: python benchmarks/make_fixture.py "
-                     f"--scale {scale}")
+            sys.exit(f"run.py: the {scale} fixture is missing {path}. Run: python "
+                     f"benchmarks/fixtures/make_fixture.py --scale {scale}")
     return paths
 
 
@@ -406,13 +411,20 @@ def main(argv=None) -> int:
                   (f" --settle {SETTLE_S:g}" if SETTLE_S else "")
         print(f"run.py: {command}", file=sys.stderr, flush=True)
         text, groups = run_one(name, h, args.scale, n)
-        out = os.path.join(RESULTS, f"{name}-{args.scale}-{stamp}")
+        data = {"scenario": name, "command": command, "machine": m, "groups": groups}
+        base = f"{name}-{args.scale}-{stamp}"
+        folder = result_files.supersede(RESULTS, result_files.Result(name, args.scale, stamp, base + ".json", data))
+        os.makedirs(folder, exist_ok=True)
+        out = os.path.join(folder, base)
         with open(out + ".json", "w") as f:
-            json.dump({"scenario": name, "command": command, "machine": m, "groups": groups}, f, indent=1)
+            json.dump(data, f, indent=1)
         md = f"### {name} ({args.scale})\n\n`{command}`\n\n{text}\n\n{report.machine_line(m)}\n"
         with open(out + ".md", "w") as f:
             f.write(md)
         print(md, flush=True)
+        print(f"run.py: wrote {os.path.relpath(out, os.path.dirname(HERE))}.json"
+              + ("" if folder == RESULTS else " (a quicker run than the result shown, which stays)"),
+              file=sys.stderr, flush=True)
     return 0
 
 

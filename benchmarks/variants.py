@@ -268,7 +268,7 @@ LEGEND = (
 
 
 def _machine() -> dict:
-    sys.path.insert(0, HERE)
+    sys.path.insert(0, os.path.join(HERE, "harness"))
     from harness import machine
 
     m = machine()

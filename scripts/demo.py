@@ -4,7 +4,7 @@ One table, four rows, each the median of ``DEMO_RUNS`` fresh processes (default 
 
 (a) a model large enough that loading hurts: a pipeline of Stable Diffusion 1.5's size (UNet, VAE, CLIP text
     encoder and tokenizer: 1.07 B parameters) saved in fp32 and loaded as fp16, as the blog's script does it. Its
-    weights are seeded random numbers written once by ``benchmarks/make_fixture.py`` (no Hub) into
+    weights are seeded random numbers written once by ``benchmarks/fixtures/make_fixture.py`` (no Hub) into
     ``DEMO_FIXTURES`` (default ``~/.cache/overmind-demo``: 4 GiB, about a minute to write). Plain
     ``from_pretrained`` against a warm Overmind hit;
 (b) the same load as a whole script, process start to pipeline ready: ``python script.py`` against
@@ -133,15 +133,16 @@ class Demo:
 
 
 def fixture(scale: str) -> str:
-    """The generated SD1.5-sized fp32 checkpoint, written once (benchmarks/make_fixture.py) and kept."""
+    """The generated SD1.5-sized fp32 checkpoint, written once (benchmarks/fixtures/make_fixture.py) and kept."""
     cache = os.environ.get("DEMO_FIXTURES") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "overmind-demo")
     path = os.path.join(cache, scale, "sd15-fp32")
     if not os.path.exists(os.path.join(path, ".complete")):
         print(f"demo: writing a Stable Diffusion 1.5-sized checkpoint (random weights, fp32) into {path} once "
               f"({'4 GiB, about a minute' if scale == 'full' else 'small'}; delete the folder to free it)", flush=True)
-        out = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "make_fixture.py"), "--scale", scale,
-                              "--root", cache, "--parts", "sd", "--sd-dtypes", "fp32"], capture_output=True, text=True,
+        make = os.path.join(ROOT, "benchmarks", "fixtures", "make_fixture.py")
+        out = subprocess.run([sys.executable, make, "--scale", scale, "--root", cache, "--parts", "sd",
+                              "--sd-dtypes", "fp32"], capture_output=True, text=True,
                              env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=False)
         if out.returncode != 0:
             sys.exit(f"demo: writing the checkpoint failed:\n{out.stdout[-2000:]}{out.stderr[-3000:]}")

@@ -1,5 +1,5 @@
 """``import overmind; overmind.activate()`` stays cheap: a fresh process with every shipped adapter
-installed imports none of the modules that made it slow. Not timed (benchmarks/activate.py times it): a module
+installed imports none of the modules that made it slow. Not timed (benchmarks/probes/activate.py times it): a module
 list, so that a slow import cannot creep back unnoticed."""
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def test_activate_in_a_fresh_process_imports_none_of_the_slow_modules():
     assert adapters_with_their_libraries() <= set(out["names"]), out["names"]
     slow = [m for m in out["new"] if m in SLOW or m.split(".")[0] in SLOW or m.split(".")[0] in HEAVY]
     assert not slow, (f"activate() now imports {slow}: import them late (inside the function that needs them), "
-                      f"see benchmarks/activate.py for what each costs")
+                      f"see benchmarks/probes/activate.py for what each costs")
 
 
 def test_activate_creates_no_dataclass():

@@ -175,3 +175,43 @@ def test_the_variants_section_shows_the_newest_result_of_each_loader(tmp_path):
         assert shown in text
     assert "variants-20261208-000000.json" not in text  # a result without the not seeded form is not shown
     assert text.index("transformers BertModel") < text.index("diffusers pipeline") < text.index("| timm |")
+
+
+def test_the_results_folder_holds_only_what_a_page_shows_or_names():
+    """An older result of a scenario leaves benchmarks/results/ when a newer one comes (run.py replaces it; for the
+    other writers: git rm $(python benchmarks/charts.py --stale))."""
+    assert _charts().result_files.stale() == []
+
+
+def test_a_new_result_replaces_the_older_one_unless_that_one_is_a_fuller_run(tmp_path):
+    files = _charts().result_files
+    older = "blog-first-fp16-full-20261203-000000"
+    (tmp_path / f"{older}.json").write_text(json.dumps(_blog((5, 5, 10), 0.3)))
+    (tmp_path / f"{older}.md").write_text("the tables")
+
+    def new(scale: str, stamp: str, reps: int):
+        return files.Result("blog-first-fp16", scale, stamp, f"blog-first-fp16-{scale}-{stamp}.json",
+                            _blog((reps, reps, reps), 0.2))
+
+    for quick in (new("full", "20261204-000000", 1), new("small", "20261204-000000", 5)):
+        assert files.supersede(str(tmp_path), quick) == str(tmp_path / "logs" / "20261204-000000")
+        assert sorted(p.name for p in tmp_path.iterdir()) == [f"{older}.json", f"{older}.md"]
+    assert files.supersede(str(tmp_path), new("full", "20261205-000000", 3)) == str(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "minilm-full-20261205-000000.json").write_text(json.dumps({**_blog((3, 3, 3), 1.0),
+                                                                           "scenario": "minilm"}))
+    assert files.supersede(str(tmp_path), new("full", "20261206-000000", 3)) == str(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["minilm-full-20261205-000000.json"], "another scenario's stays"
+
+
+def test_stale_files_are_older_results_and_older_tables_of_a_name(tmp_path):
+    files = _charts().result_files
+    for stamp in ("20261202-000000", "20261203-000000"):
+        (tmp_path / f"blog-first-fp16-full-{stamp}.json").write_text(json.dumps(_blog((3, 3, 3), 1.0)))
+        (tmp_path / f"blog-first-fp16-full-{stamp}.md").write_text("the tables")
+    for name in ("ab-warm-fp16-20261201-000000.md", "ab-warm-fp16-20261202-000000.md", "dedup-20261201-1200.md",
+                 "blog-first-fp16-full-20261201-000000-at-abc1234.md", "notes.txt"):
+        (tmp_path / name).write_text("a table")
+    assert files.stale(str(tmp_path)) == [
+        "ab-warm-fp16-20261201-000000.md", "blog-first-fp16-full-20261201-000000-at-abc1234.md",
+        "blog-first-fp16-full-20261202-000000.json", "blog-first-fp16-full-20261202-000000.md"]

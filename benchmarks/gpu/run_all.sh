@@ -47,9 +47,11 @@ for step in "${steps[@]}"; do
                  --json "$out/transfers.json" ;;
     pytest) run pytest 240 "$py" -m pytest -m gpu tests/test_gpu.py -q -p no:cacheprovider -p no:xdist -rA ;;
     bnb) run bnb 200 "$py" benchmarks/gpu/bnb_gpu_check.py ;;
-    blog) run fixture 240 "$py" benchmarks/make_fixture.py --scale full --parts sd,controlnet
+    blog) run fixture 240 "$py" benchmarks/fixtures/make_fixture.py --scale full --parts sd,controlnet
           run blog 300 "$py" benchmarks/run.py gpu --scale full -n 1
-          newest=$(ls -t benchmarks/results/gpu-full-*.json 2>/dev/null | head -1)
+          # run.py's result: in results/, or in results/logs/<stamp>/ beside a fuller one it does not replace
+          newest=$(ls -t benchmarks/results/gpu-full-*.json benchmarks/results/logs/*/gpu-full-*.json 2>/dev/null \
+                   | head -1)
           [ -n "$newest" ] && cp "$newest" "$out/blog.json" ;;
     *) echo "unknown step $step" | tee -a "$log"; exit 2 ;;
   esac

@@ -9,7 +9,7 @@ _t_process = time.perf_counter()
 import os  # noqa: E402
 import sys  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.abspath(os.path.join(__file__, "..", "..", "harness")))  # child.py
 import child  # noqa: E402
 
 path = sys.argv[1]

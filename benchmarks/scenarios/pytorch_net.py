@@ -14,7 +14,7 @@ import os  # noqa: E402
 import sys  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "harness"))
 sys.path.insert(0, HERE)
 import child  # noqa: E402
 

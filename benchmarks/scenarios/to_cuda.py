@@ -14,7 +14,7 @@ import argparse  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.abspath(os.path.join(__file__, "..", "..", "harness")))  # child.py
 import child  # noqa: E402
 
 ap = argparse.ArgumentParser()

@@ -61,7 +61,7 @@ def clip_sized(tmp_path_factory):
 @pytest.fixture(scope="module")
 def sd15():
     if not (SD15_TOKENIZER / "vocab.json").is_file():
-        pytest.skip(f"{SD15_TOKENIZER} is not here (benchmarks/fixtures is not in git)")
+        pytest.skip(f"{SD15_TOKENIZER} is not here (benchmarks/fixtures/make_fixture.py writes it; not in git)")
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(SD15_TOKENIZER, local_files_only=True)  # offline: the folder only

@@ -11,7 +11,7 @@ processes started together load plainly once, not N times.
 A first load publishes at once where the publish is cheap against what the loader did: when the loader ran for
 at least :data:`CHEAP_PUBLISH_SHARE` ``**-1`` times the publish's estimated cost (a quantisation, a trace, a
 conversion: building again costs far more than publishing). The estimate is :data:`PUBLISH_FIXED_S` plus the
-result's storage bytes at :data:`PUBLISH_BYTES_PER_S`, the rate a publish copies at (benchmarks/breakdown.py: a
+result's storage bytes at :data:`PUBLISH_BYTES_PER_S`, the rate a publish copies at (benchmarks/harness/breakdown.py: a
 100M-parameter fp32 net, 0.40 GB, publishes in 0.18 s without the load arena).
 
 ``OVERMIND_ADMIT=first`` (``overmind warm`` runs a program so) and ``overmind.load(..., admit="first")`` publish on

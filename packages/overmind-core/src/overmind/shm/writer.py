@@ -2,7 +2,7 @@
 
 The bytes go in with ``pwrite(2)`` straight from each storage's own memory: the kernel allocates the memfd's
 pages as it copies, with no mapping of the memfd to fault in page by page. On this machine that is 2-3x the
-speed of copying through a shared mapping, even one populated up front (``benchmarks/write_path.py``;
+speed of copying through a shared mapping, even one populated up front (``benchmarks/probes/write_path.py``;
 docs/benchmarks.md). The writer never holds a writable mapping, so nothing stands in the way of the seal
 (which fails with EBUSY while a writable shared mapping exists).
 
