@@ -3,8 +3,9 @@
 Between ``<!-- generated:settings -->`` and ``<!-- /generated -->``: the table of every setting
 ``overmind.settings`` declares; ``generated:cli``: the ``--help`` of ``overmind`` and of each of its commands;
 ``generated:packages`` and ``generated:tested-ranges``: the packages of ``packages/`` and each adapter's tested
-library ranges, read from their ``pyproject.toml`` (a new adapter appears by its folder alone). The checked-in pages
-and README.md hold the blocks too (readable on GitHub); ``python docs/hooks/generated.py`` refreshes them, and
+library ranges, read from their ``pyproject.toml`` (a new adapter appears by its folder alone); ``generated:modules``:
+the module table of docs/architecture.md, each module's docstring's first paragraph. The checked-in pages and
+README.md hold the blocks too (readable on GitHub); ``python docs/hooks/generated.py`` refreshes them, and
 tests/test_docs_site.py fails when they are stale.
 """
 from __future__ import annotations
@@ -52,6 +53,59 @@ def _cli() -> str:
     for name in commands:
         parts.append(f"### overmind {name}\n\n```text\n{_help([name])}\n```")
     return "\n\n".join(parts)
+
+
+PARTS = ("loading", "keys", "entries", "native", "shm", "client", "ipc", "adapters", "server", "runner", "cli",
+         "_util")  # the module table's order of overmind's folders (one not named here comes after them)
+
+
+def _summary(path) -> str:
+    """The first paragraph of a module's docstring (of a C++ file's opening ``//`` comment) on one line, as
+    Markdown: reST's double backticks and ``:role:`target``` become code spans."""
+    import ast
+
+    text = path.read_text()
+    if path.suffix == ".py":
+        first = (ast.get_docstring(ast.parse(text)) or "").split("\n\n")[0]
+    else:
+        lines = []
+        for line in text.splitlines():
+            if not line.startswith("//") or not line[2:].strip():
+                break
+            lines.append(line[2:])
+        first = "\n".join(lines)
+    first = re.sub(r":\w+:`~?([^`]+)`", r"`\1`", first).replace("``", "`")
+    return " ".join(first.split()).replace("|", "\\|")
+
+
+def _modules() -> str:
+    """docs/architecture.md's module table: every module of overmind-core (and every source file of its
+    extension) with the first paragraph of its docstring, by folder, each folder titled by its ``__init__``'s."""
+    import pathlib
+
+    import overmind
+
+    package = pathlib.Path(overmind.__file__).parent
+    names = [p.relative_to(package).as_posix() for p in package.rglob("*")
+             if p.suffix in (".py", ".cpp", ".h") and "__pycache__" not in p.parts]
+    folders: dict[str, list[str]] = {}
+    for name in names:
+        folders.setdefault(name.split("/")[0] if "/" in name else "", []).append(name)
+    order = ["", *[f for f in PARTS if f in folders], *sorted(set(folders) - {"", *PARTS})]
+    groups = []
+    for folder in order:
+        if folder:
+            title = _summary(package / folder / "__init__.py").split(": ", 1)[0].rstrip(".")
+            word = title.split(" ", 1)[0]
+            title = title[0].lower() + title[1:] if word[:1].isupper() and word[1:] == word[1:].lower() else title
+            heading = f"**`{folder}/`: {title}**"
+        else:
+            heading = "**Top level: the public face and what every part reads**"
+        rows = [heading, "", "| module | job |", "|---|---|"]
+        for name in sorted(folders[folder], key=lambda n: ["" if s == "__init__.py" else s for s in n.split("/")]):
+            rows.append(f"| `{name}` | {_summary(package / name)} |")
+        groups.append("\n".join(rows))
+    return "\n\n".join(groups)
 
 
 def _pyprojects() -> list[dict]:
@@ -102,7 +156,8 @@ def _tested_ranges() -> str:
     return "\n".join(rows)
 
 
-GENERATORS = {"settings": _settings_table, "cli": _cli, "packages": _packages, "tested-ranges": _tested_ranges}
+GENERATORS = {"settings": _settings_table, "cli": _cli, "packages": _packages, "tested-ranges": _tested_ranges,
+              "modules": _modules}
 _BLOCK = re.compile(r"(<!-- generated:([\w-]+) -->\n).*?(<!-- /generated -->)", re.S)
 
 

@@ -1,4 +1,6 @@
-"""Overmind: load a model once per machine, then map it, zero-copy, into every process that asks.
+"""Overmind: load a model once per machine, then map it, zero-copy, into every process that asks. The public face
+(``load``, ``activate``, ``deactivate``, ``cache_info``, ``evict``, ``hookimpl``), importing nothing heavy: the
+server imports this package and must never import torch.
 
 >>> import overmind
 >>> overmind.activate()                      # patch the installed adapters' loaders
@@ -9,9 +11,9 @@
 This module imports nothing heavy: the server process imports the ``overmind`` package and must never
 import torch. The public functions import their machinery on first use.
 
-The modules the server or ``activate()`` import do not import :mod:`typing` either (~4.5 ms, and the server
-starts without it): they write ``TYPE_CHECKING = False`` and import their annotations' names under
-``if TYPE_CHECKING:``, which mypy reads as typing's own ``TYPE_CHECKING``.
+The modules the server or ``activate()`` import do not import :mod:`typing` either (the server starts without it;
+what it costs: docs/architecture.md, "Measured costs"): they write ``TYPE_CHECKING = False`` and import their
+annotations' names under ``if TYPE_CHECKING:``, which mypy reads as typing's own ``TYPE_CHECKING``.
 """
 from __future__ import annotations
 

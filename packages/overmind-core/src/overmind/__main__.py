@@ -1,4 +1,4 @@
-"""``python -m overmind ...`` is the ``overmind`` command (see ``overmind.cli.main``)."""
+"""``python -m overmind ...`` is the ``overmind`` command (``overmind.cli.main``)."""
 import sys
 
 from .cli.main import main

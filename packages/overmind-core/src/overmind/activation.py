@@ -1,5 +1,6 @@
-"""``activate()`` and ``deactivate()``: patch each discovered adapter's loaders once its library is imported,
-and put every original back.
+"""``activate()`` and ``deactivate()``: patch each discovered adapter's loaders once its library is imported (its
+lazy targets once the user imports their module: ``overmind_patch_later``), routed through ``flow.load``, and put
+every original back.
 
 Activating costs no library imports: an adapter whose library is not imported yet is patched the moment it
 is (a post-import hook, see :mod:`overmind.adapters.importwatch`), and a module the adapter names in

@@ -1,4 +1,5 @@
-"""The root of Overmind's exceptions, and those shared by the client, the server launcher and the CLI.
+"""The exception tree: :class:`OvermindError` at its root, and the errors several parts raise or catch
+(``Unkeyable``, ``PicklingFailed``, ``ServerUnavailable``, ...).
 
 Every exception Overmind raises on purpose derives from :class:`OvermindError` (``except OvermindError``
 catches them all); one that also means a builtin category keeps it as a second base (``PatchError`` is a

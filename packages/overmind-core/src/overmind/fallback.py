@@ -1,4 +1,5 @@
-"""How Overmind steps aside: one warning naming the cause and the fix, or an exception in strict mode.
+"""How Overmind steps aside: one warning per user call (:class:`LoaderRun`) naming the cause and the fix
+(:func:`fix_for`), or an exception in strict mode; the strict and disable switches.
 
 ``OVERMIND_STRICT=1`` turns every fallback into an error (tests, debugging); ``OVERMIND_DISABLE=1`` makes
 ``load`` a plain call (both read through :mod:`.settings`, so ``yes``/``true``/``on`` work too).

@@ -1,4 +1,5 @@
-"""The cache as data: what ``overmind ls``, ``status`` and ``evict`` show, as typed Python objects.
+"""The cache as data (``cache_info()``, ``evict()``, :class:`CacheInfo`): what ``overmind ls``, ``status`` and
+``evict`` show, as typed Python objects.
 
 >>> import overmind
 >>> info = overmind.cache_info()            # never starts a server

@@ -1,4 +1,5 @@
-"""pytest helpers for Overmind and for adapter authors (registered as the pytest plugin ``overmind``).
+"""pytest helpers for Overmind and for adapter authors, registered as the pytest plugin ``overmind``: the
+``overmind_runtime`` fixture, :func:`run_fresh` and the conformance checks every adapter should pass.
 
 Fixtures:
 

@@ -1,4 +1,5 @@
-"""The installed distributions, read straight from the ``*.dist-info`` folders on ``sys.path``.
+"""The installed distributions (entry points, versions, requirements, files), read straight from the ``*.dist-info``
+folders on ``sys.path`` as :mod:`importlib.metadata` finds them, without importing it.
 
 ``overmind.activate()`` needs the entry points of one group, a few distributions' versions, requirements and
 top-level modules. :mod:`importlib.metadata` finds the same things, but importing it (with :mod:`email`,

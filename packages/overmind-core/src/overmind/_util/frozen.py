@@ -1,10 +1,11 @@
-"""Small frozen record classes for the modules ``activate()`` and the server import at their start.
+""":class:`Frozen`: small frozen record classes (equality, hash and repr by field) for the modules ``activate()``
+and the server import at their start, where creating a dataclass costs too much.
 
-A dataclass costs about a millisecond to create (it compiles its methods from generated source); seven of them
-were a sixth of ``activate()``. A :class:`Frozen` subclass names its fields in ``__slots__``, ``_fields`` (shown
-by ``repr``) and ``_compared`` (equality and hash), sets them in its own ``__init__`` with
-``object.__setattr__``, and refuses any later assignment, as a frozen dataclass does (``dataclasses.fields`` and
-``dataclasses.replace`` do not apply: build a new one).
+A dataclass is costly to create: it compiles its methods from generated source (docs/architecture.md, "Measured
+costs"). A :class:`Frozen` subclass names its fields in ``__slots__``, ``_fields`` (shown by ``repr``) and
+``_compared`` (equality and hash), sets them in its own ``__init__`` with ``object.__setattr__``, and refuses any
+later assignment, as a frozen dataclass does (``dataclasses.fields`` and ``dataclasses.replace`` do not apply: build
+a new one).
 """
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """Keep Python's cyclic garbage collector out of a load, without taking it from the user.
 
-A warm load allocates a large graph of new objects (a pipeline's modules, dicts, tensors). Every allocation
-counts towards the collector's thresholds, so whichever load crosses them runs the collection, and a full
-one walks the whole heap of the imported libraries: 0.25 s in a blog process, inside a 7 ms load.
-The objects a load builds are alive when it returns: a collection during it can free nothing of ours.
+A warm load allocates a large graph of new objects (a pipeline's modules, dicts, tensors). Every allocation counts
+towards the collector's thresholds, so whichever load crosses them runs the collection, and a full one walks the
+whole heap of the imported libraries, many times the load's own time (docs/architecture.md, "Measured costs"). The
+objects a load builds are alive when it returns: a collection during it can free nothing of ours.
 
 :func:`paused` therefore switches the collector off while Overmind works (keying, asking the server,
 rebuilding, publishing; never while the user's loader runs: its garbage is the user's), and when the

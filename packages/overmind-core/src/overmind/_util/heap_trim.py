@@ -1,10 +1,11 @@
-"""Give the C heap's free memory back to the system after a large rebuild.
+"""Give the C heap's free memory back to the system after a large rebuild: the temporaries it freed (glibc's
+``malloc_trim``).
 
-Rebuilding a large skeleton makes temporaries the result does not keep (a 49k-token tokenizer's vocabulary
-and merges pass through Python dicts and lists on their way into the Rust tokenizer). Freed, their memory stays
-in glibc's heap, counted in the process's resident set: 6 MiB in each warm blog process. :func:`trim` asks
-glibc (``malloc_trim(0)``, under 1 ms there) to return it; elsewhere (musl, no ``malloc_trim``) it does nothing.
-Freeing is all it does: no object, address or allocation the program holds changes.
+Rebuilding a large skeleton makes temporaries the result does not keep (a 49k-token tokenizer's vocabulary and
+merges pass through Python dicts and lists on their way into the Rust tokenizer). Freed, their memory stays in
+glibc's heap, counted in the process's resident set (docs/architecture.md, "Measured costs": how much, and what the
+trim takes). :func:`trim` asks glibc (``malloc_trim(0)``) to return it; elsewhere (musl, no ``malloc_trim``) it does
+nothing. Freeing is all it does: no object, address or allocation the program holds changes.
 """
 from __future__ import annotations
 

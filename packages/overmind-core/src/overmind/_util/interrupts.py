@@ -1,4 +1,6 @@
-"""The user's interrupt is not Overmind's failure: telling a signal handler's exception from Overmind's own.
+"""The user's interrupt is not Overmind's failure: an exception a signal handler raised (a SIGALRM deadline's
+``TimeoutError``, the user's own ``Exception``) is told from Overmind's and the OS's by the handler's frame in its
+traceback, and propagates from every ``except`` of the load path (:func:`raise_users`, :func:`suppress`).
 
 A Python signal handler runs between two bytecodes of whatever the main thread executes, Overmind's own code
 included, and what it raises surfaces there: a SIGALRM handler's ``TimeoutError`` (an ``OSError``) comes out of a

@@ -1,11 +1,13 @@
-"""``json.dumps`` and ``json.loads`` through json's own C accelerator (``_json``), without importing ``json``.
+"""``json.dumps`` and ``json.loads`` through json's own C accelerator (``_json``), without importing ``json`` (which
+imports ``re`` and ``enum``): for the wire protocol, the template registry and the environment key of the
+``overmind run`` launcher.
 
-The launcher of ``overmind run`` speaks JSON to the template (``ipc/protocol.py``), reads the template registry
-and computes the environment key; importing ``json`` imports ``re`` and ``enum`` with it, a quarter of what the
-launcher imports (~5 ms of every ``overmind run``). ``_json`` is the C module ``json`` itself encodes and decodes
-with, so the text and the objects are the ones ``json`` gives: :func:`dumps` builds the encoder
-``json.dumps`` builds for these options (``ensure_ascii``, circular-reference check, NaN allowed, no indent),
-:func:`loads` runs the scanner ``json.loads`` runs and skips the same whitespace around the document.
+The launcher of ``overmind run`` speaks JSON to the template (``ipc/protocol.py``), reads the template registry and
+computes the environment key; importing ``json`` imports ``re`` and ``enum`` with it, a quarter of what the launcher
+imports (docs/run.md, "How fast"). ``_json`` is the C module ``json`` itself encodes and decodes with, so the text
+and the objects are the ones ``json`` gives: :func:`dumps` builds the encoder ``json.dumps`` builds for these
+options (``ensure_ascii``, circular-reference check, NaN allowed, no indent), :func:`loads` runs the scanner
+``json.loads`` runs and skips the same whitespace around the document.
 
 Where ``_json`` lacks its C functions (another Python implementation), both call ``json`` itself. A document that
 is not JSON raises ``json.JSONDecodeError``, as ``json.loads`` does (``json`` is imported for the error only).

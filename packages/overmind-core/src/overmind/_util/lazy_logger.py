@@ -1,4 +1,4 @@
-"""A logger that imports :mod:`logging` on its first use.
+"""A logger that imports :mod:`logging` on its first use, for the modules ``activate()`` imports.
 
 ``overmind.activate()`` logs nothing unless an adapter is skipped, and importing :mod:`logging` (with
 :mod:`traceback`, :mod:`string`, :mod:`weakref`) is a tenth of what activation costs a process that has not

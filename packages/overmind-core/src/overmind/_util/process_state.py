@@ -1,4 +1,5 @@
-"""A process's state letter from ``/proc/<pid>/stat``: whether it runs, is stopped, or is gone."""
+"""A process's state letter from ``/proc/<pid>/stat``: whether it runs, is stopped, is a zombie or is gone (the
+template registry, ``overmind stop``)."""
 from __future__ import annotations
 
 from . import interrupts

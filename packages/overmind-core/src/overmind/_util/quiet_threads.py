@@ -1,4 +1,6 @@
-"""Threads Overmind starts in a user's process take no asynchronous signal.
+"""Threads Overmind starts in a user's process (reapers, the server's start, the pickler) block the asynchronous
+signals, so a signal sent to the process reaches its main thread and interrupts a blocking call there, as in plain
+Python.
 
 The kernel hands a signal sent to a process to any thread that does not block it. CPython runs the handler in
 the main thread, but only once that thread returns to the interpreter: a signal taken by another thread leaves a

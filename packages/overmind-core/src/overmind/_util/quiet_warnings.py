@@ -1,4 +1,6 @@
-"""Warnings raised inside Overmind's own work are dropped, in the thread doing that work and nowhere else.
+"""Warnings raised inside Overmind's own work are dropped, in the thread doing that work and nowhere else: an
+"ignore" filter at the front of ``warnings.filters`` whose category matches per thread (not ``catch_warnings``,
+which swaps every thread's filters and makes every registry forget what it showed).
 
 Pickling a result and rebuilding it run library code that a plain call never runs (torch's reduce and rebuild
 functions, which warn that ``TypedStorage`` is deprecated, that sparse or quantized tensors are in beta), so a

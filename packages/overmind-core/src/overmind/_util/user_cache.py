@@ -1,5 +1,6 @@
-"""Where Overmind keeps files that outlive a server and belong to one user: ``$XDG_CACHE_HOME/overmind`` (default
-``~/.cache/overmind``): the adapters' remembered self-checks, extensions built for another torch (a leaf module).
+"""The user's Overmind cache folder, ``$XDG_CACHE_HOME/overmind`` (default ``~/.cache/overmind``): files that
+outlive a server and belong to one user (the adapters' remembered self-checks, extensions built for another torch).
+A leaf module.
 
 >>> path("native", "torch-2.15.0-cpython-311")
 '/home/me/.cache/overmind/native/torch-2.15.0-cpython-311'

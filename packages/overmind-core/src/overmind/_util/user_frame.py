@@ -1,4 +1,5 @@
-"""Warnings at the user's own line: the first frame outside Overmind, its adapters and the libraries they patch.
+"""Warnings at the user's own line: the first frame outside Overmind, its adapters and the libraries they patch
+(:func:`warn_at_user_line`; :func:`count_patched`, told by patching).
 
 >>> warn_at_user_line(OvermindWarning("overmind: ..."))   # filename/lineno: the user's call, at any depth
 

@@ -1,4 +1,6 @@
-"""Adapter discovery (entry-point group ``overmind.adapters``) and the state of every adapter seen.
+"""Adapter discovery (entry-point group ``overmind.adapters``), the state of every adapter seen and the modules
+adapters key themselves (``code_keyed_prefixes``); the pluggy manager, made at the first hook call with the
+discovered adapters registered in order (``activate()`` imports no pluggy).
 
 Adapters are discovered once per process, on ``activate()`` or on the first ``load()`` (their reducers and key hooks
 apply to direct ``overmind.load`` calls too). Before an adapter's module is imported, the library versions it needs

@@ -1,5 +1,6 @@
-"""Calling the adapters' hooks: one function per hook of :mod:`overmind.adapters.hookspecs`, named for what the core
-wants (``hooks.key_parts(loader, arguments)``, ``hooks.after_unpickle(result, metadata)``).
+"""Calling the adapters' hooks: one typed function per hook of :mod:`overmind.adapters.hookspecs`, derived from
+``SPECS`` and named for what the core wants (``hooks.key_parts(loader, arguments)``,
+``hooks.after_unpickle(result, metadata)``); the live adapters' reducers merged into one table.
 
 How a hook's results combine (its kind) and whether it runs before its adapter's library is imported are
 read from ``hookspecs.SPECS``, never decided here: each function names its hook and hands the arguments to

@@ -1,5 +1,6 @@
-"""The hooks an Overmind adapter implements, each declared once: what it takes, what it returns, how the
-results of several adapters combine (its :class:`Kind`) and in which processes it runs (its :class:`When`).
+"""The hooks an Overmind adapter implements, each declared once (``SPECS``): what it takes, what it returns, how the
+results of several adapters combine (its :class:`Kind`: all results, merged, chained, entered, first result) and in
+which processes it runs (its :class:`When`); the ``hookimpl``/``hookspec`` markers.
 
 An adapter is a module (or object) registered under the entry-point group ``overmind.adapters``; it
 implements any of the hooks below with ``@overmind.hookimpl``. Example (``overmind_mylib/plugin.py``)::

@@ -1,4 +1,6 @@
 """Patch records: route a library's loader through a cache's load function and put the exact original back.
+Mechanism only: apply and restore, symmetric and idempotent, and the registry of originals (``get_original``,
+``is_patched``); it tells ``_util/user_frame.py`` which packages hold patched loaders.
 
 This is mechanism only: the caller hands :func:`apply` the *route*, the function a patched loader calls
 instead (``activate()`` passes ``overmind.loading.flow.load``), so nothing here knows the load path. One registry

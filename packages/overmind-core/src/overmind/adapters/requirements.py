@@ -1,5 +1,5 @@
 """An adapter's ``instruments`` and ``tested`` requirement lines, and whether an installed version meets one, as
-packaging says.
+packaging says, without importing packaging for the plain shape.
 
 The adapters declare the library versions they need as ``name>=A; extra == "instruments"`` and the ones their test
 lanes run as ``name>=A,<B; extra == "tested"``: release bounds joined by commas. ``overmind.activate()`` checks

@@ -1,5 +1,6 @@
-"""What an adapter declares to prove itself on a library release outside its ``tested`` range, and the part of
-the check that needs nothing but the adapter: which of its loaders take the parameters it reads.
+"""What an adapter declares to prove itself on a library release outside its ``tested`` range (:class:`SelfCheck`:
+the parameters its loaders must take, a sample), and the part of the check that needs nothing but the adapter: which
+of its loaders lack those parameters (left unpatched on every version).
 
 An adapter declares two ranges: ``instruments`` (what activation needs: lower bounds, and an upper bound only
 for a version known to break) and ``tested`` (what its test lanes run). Its ``overmind_self_check`` hook returns a

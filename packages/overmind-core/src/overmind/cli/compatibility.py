@@ -1,4 +1,5 @@
-"""Which library versions are installed, and whether each is one Overmind is tested with.
+"""Which library versions are installed, and whether each lies in the tested range of the installed adapters
+released with this Overmind (:func:`released_adapters`) or of a companion library.
 
 CI runs the whole suite on the newest supported set (``scripts/requirements.txt``) and the adapter and
 cross-process suites on the oldest (``scripts/requirements-oldest.txt``). The tested range of a library is

@@ -1,4 +1,5 @@
-"""The ``overmind`` command: ``serve | status | ls | evict PREFIX...|--all | stop | doctor | warm | run``.
+"""The ``overmind`` command's entry: ``run`` goes straight to the launcher (``runner/client.py``), the other
+commands to ``cli/commands.py``.
 
 Inspection commands never start a server: ``status`` and ``ls`` on a machine where none runs say so. Every
 command but ``warm`` takes ``--json``: ``serve --json`` prints one JSON line per event on stdout (``listening``,

@@ -1,4 +1,6 @@
-"""The client side of the wire protocol: connect (or start) the server, send requests, hand back fds.
+"""The client side of the wire protocol (:class:`Client`, :func:`get_client`): connect to the server (or start it),
+hello, requests and their fds. Every connection is closed at once in a forked child and before the interpreter's
+teardown in any process (no ``ResourceWarning`` at exit); it never imports ``server/``.
 
 >>> client = get_client()
 >>> res = client.get(key)                 # claim=True, wait=True

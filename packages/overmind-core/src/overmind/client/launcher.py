@@ -1,4 +1,6 @@
-"""Start the server on demand: ``ensure_server()`` returns a socket path that accepts connections.
+"""Start the server on demand: ``ensure_server()`` returns a socket path that accepts connections (one spawner under
+a lock, a detached ``python -S`` process with overmind on ``PYTHONPATH``); ``start_holding``: with no server
+running, a load spawns one holding its key and runs its loader at once.
 
 Clients race to start the server; a flock on ``spawn.lock`` makes exactly one of them spawn it, and the
 server's own flock on ``server.lock`` guards against everything else (a manual ``overmind serve``). The
@@ -12,9 +14,9 @@ with ``O_NOFOLLOW``: a symlink planted there is refused, never followed.
 
 ``start_holding(key)`` is a process's first load when no server runs: that load is a miss (a new server holds
 nothing), so it spawns the server with ``key`` claimed for this process (``server/handoff.py``) and returns at once;
-the loader runs while the server starts (~50 ms), and a helper thread waits for the server and frees the spawn lock.
-The ``ensure_server`` of the load's publish then waits for that start instead of polling the spawn lock. A server
-that fails to start is reported there, by the load's one warning.
+the loader runs while the server starts, and a helper thread waits for the server and frees the spawn lock. The
+``ensure_server`` of the load's publish then waits for that start instead of polling the spawn lock. A server that
+fails to start is reported there, by the load's one warning.
 
 >>> path = ensure_server()
 >>> start_holding(key)  # True: spawned, key claimed for this process; False: a server runs or is starting

@@ -1,4 +1,6 @@
-"""Stop the server of a runtime directory, whether or not it answers.
+"""Stop the server of a runtime directory, whether or not it answers: asked to exit, or, holding the lock without
+answering within ``OVERMIND_CONTROL_TIMEOUT``, found by the pid in ``server.lock``, sent SIGTERM and SIGCONT, then
+SIGKILL after a grace period (``overmind stop [--force] [--grace S]``).
 
 A server that answers is asked to exit (``op: stop``) and exits cleanly. One that holds the directory's lock
 but does not answer within ``OVERMIND_CONTROL_TIMEOUT`` (stopped with ``kill -STOP``, Ctrl-Z on ``overmind

@@ -1,3 +1,2 @@
-"""The entry codec (:mod:`.codec`): a result pickled with its storages out of band and written into a sealed memfd,
-and the object rebuilt from one.
-"""
+"""A result as an entry: the entry codec (:mod:`.codec`) pickles a result with its storages out of band and writes
+it into a sealed memfd, and rebuilds the object from one."""

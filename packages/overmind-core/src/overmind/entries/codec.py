@@ -1,4 +1,6 @@
 """The entry codec: a load's result <-> one sealed memfd (and the entries it references) with its meta.
+:func:`encode` (result -> sealed memfd, deps, meta) and :func:`decode` (entry, fds, the call's arguments -> object),
+with the adapters' prepare, metadata and unpickle hooks around them.
 
 :func:`encode` readies the result (adapters' ``overmind_prepare_result``), pickles it with its storages out of
 band (each placed by ``shm.placer``: copied into this entry, or referenced in an entry this process maps),

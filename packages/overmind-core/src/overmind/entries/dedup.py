@@ -1,23 +1,25 @@
-"""Identical bytes stored once: a new entry's storages whose bytes an entry already holds are referenced there.
+"""Identical bytes stored once: after pickling, a new entry's storages whose bytes an entry already holds (a sampled
+key, then a byte compare) are referenced there instead of written, and the redirect table a rebuild reads says where
+(``OVERMIND_DEDUP``).
 
 One model loaded by two loaders (``SentenceTransformer(path)`` and ``AutoModel.from_pretrained(path)``), an fp32
 checkpoint converted to fp16 by two pipelines, the untouched layers of a model and of its LoRA-merged twin: the
 pickled storages of the second entry hold bytes an earlier entry already holds. :func:`plan` runs after pickling,
 before anything is written:
 
-1. every CPU storage of at least :data:`MIN_BYTES` gets a *blob key*: its size and a SHA-256 of
-   :data:`SAMPLES` chunks of :data:`CHUNK` bytes spread over it (first and last included). A key is only a hint
-   of where equal bytes may be, so it need not cover every byte: a full hash would cost 0.6 s/GiB of cold load
-   on these machines (SHA-256 with SHA-NI, 1.7 GiB/s; BLAKE2b 0.9 GiB/s) for every storage, found or not, while
-   the sampled one costs microseconds per storage and the compare below is what decides;
+1. every CPU storage of at least :data:`MIN_BYTES` gets a *blob key*: its size and a SHA-256 of :data:`SAMPLES`
+   chunks of :data:`CHUNK` bytes spread over it (first and last included). A key is only a hint of where equal bytes
+   may be, so it need not cover every byte: a full hash would cost every cold load a pass over all its bytes, found
+   or not (docs/architecture.md, "Identical bytes stored once"), while the sampled one costs next to nothing per
+   storage and the compare below is what decides;
 2. one ``blobs`` request asks the server which entries hold bytes of those keys (:mod:`.server.blobs`; it sends
    each such entry's fd);
-3. each candidate is **compared byte for byte** with the storage (``memcmp`` over a fresh private mapping of
-   the holder: 3.6 GiB/s here, page faults included, against 2.4 GiB/s for writing the bytes; bytes that
-   differ usually differ in the first cache line). Equal bytes, and only those, become a *redirect*: the
-   storage is not written (the memfd keeps a hole there, which tmpfs backs with no page) and the entry that
-   holds the bytes becomes a dependency of the new one (so it lives as long as the new entry does). Two
-   storages of one entry with equal bytes share the first one's bytes the same way.
+3. each candidate is **compared byte for byte** with the storage (``memcmp`` over a fresh private mapping of the
+   holder, faster than writing the bytes would be: docs/architecture.md, "Measured costs"; bytes that differ usually
+   differ in the first cache line). Equal bytes, and only those, become a *redirect*: the storage is not written
+   (the memfd keeps a hole there, which tmpfs backs with no page) and the entry that holds the bytes becomes a
+   dependency of the new one (so it lives as long as the new entry does). Two storages of one entry with equal bytes
+   share the first one's bytes the same way.
 
 The redirect table travels in the entry's meta (``meta["dedup"]``); :class:`Redirects` answers a rebuild's
 storages from it, through mappings of the holders made for this rebuild: one per holder, and one more for each

@@ -1,4 +1,5 @@
-"""Run a deeply recursive C call (the pickler) where it cannot overflow the C stack.
+"""Run a deeply recursive C call (the pickler) where it cannot overflow the C stack: in the calling thread where its
+stack fits the recursion limit, else on a helper thread sized for it.
 
 The C pickler recurses once per nesting level of the object graph and stops at the recursion limit with a
 ``RecursionError``, which Overmind turns into a fallback. But a user who raised the limit

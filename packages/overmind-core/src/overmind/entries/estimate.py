@@ -1,5 +1,6 @@
-"""How many bytes of shared memory a result's entry would take, known before it is pickled: what the server's
-admission (``server/admission.py``) is asked with.
+"""How many bytes of shared memory a result's entry would take, known before it is pickled: its distinct storages,
+placed as the writer will place them (one shared with a live mapping takes no room); what the server's admission
+(``server/admission.py``) is asked with.
 
 :func:`storages` finds the distinct storages the result holds (a walk of its objects, no pickling);
 :func:`total` sums them; :func:`entry_bytes` asks the placer where each would go, as the entry's writer will

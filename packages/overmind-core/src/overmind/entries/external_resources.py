@@ -1,4 +1,5 @@
-"""Objects that stand for something outside the process: open files, sockets, threads, locks, subprocesses.
+"""Objects that stand for something outside the process (open files, sockets, threads, locks, subprocesses): a
+result holding one is not cached, and the refusal names where it holds it.
 
 Their pickled form cannot be what the plain call returned, and dill's can act on the world: a file opened
 for writing is reopened with its mode on unpickling, which truncates it on disk. A result holding one is

@@ -1,4 +1,6 @@
-"""A hit names a path as its own call spelled it.
+"""A hit names a path as its own call spelled it (``m``, ``./m`` and ``/abs/m/`` share an entry): the places where a
+result holds a path derived from the call's argument, as the adapters name them, are recorded with the entry and
+written on a hit as this call's argument gives them.
 
 Calls that name one folder by different spellings (``m``, ``./m``, ``/abs/m``, ``/abs/m/``) share an entry: a key
 describes the folder (its absolute path and files), not the string. Plain keeps each caller's spelling wherever

@@ -1,4 +1,7 @@
-"""Pickle an object graph with every torch storage left out of band, and rebuild it zero-copy.
+"""Pickle an object graph with every torch storage left out of band, and rebuild it zero-copy: storages as
+persistent ids (their places asked of ``shm.placer``), the reducer table (the adapters', then the core's: tensors,
+classes not importable by name, TorchScript), and the call's own objects (``controlnet=[a, b]``) referenced, not
+copied.
 
 Storages become persistent ids (as in ``torch.save``): ``("storage", where, offset, nbytes, dtype,
 device)``. ``where`` is ``None`` for bytes this entry holds, or the entry_id of an earlier entry whose

@@ -1,4 +1,5 @@
-"""Objects rebuilt ahead of the call that wants them: an ``overmind run`` template's, taken by its children.
+"""Objects rebuilt ahead of the call that wants them (an ``overmind run`` template's, taken by its children): taken
+once, only for the entry the server just answered, with the call's own arguments put where the placeholders were.
 
 A template builds the objects of the entries its children hit most (:mod:`overmind.runner.prebuild`) and holds
 them here, each with the id of the entry it was rebuilt from. A child forked from the template has a

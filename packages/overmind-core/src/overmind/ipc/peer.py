@@ -1,4 +1,5 @@
-"""Who is at the other end of the client's socket: the server is trusted because it is you.
+"""Who is at the other end of a socket (``SO_PEERCRED``): the client trusts a server, and ``overmind run`` a
+template, only if it is this user's; the server reads its peers' pids.
 
 Everything a server sends is acted on: its memfds are mapped and its skeleton is unpickled, which runs
 code. So before the client sends a byte it checks, on the connected socket, that the kernel's record of

@@ -1,5 +1,6 @@
-"""The one frame codec: how the processes of one user talk over a Unix socket (the cache server and its
-clients, ``overmind run`` and its templates). See docs/architecture.md, "Wire protocol".
+"""The one frame codec of the server, the client and ``overmind run``: length-prefixed JSON with SCM_RIGHTS fds on a
+frame's first byte (``frames``, ``fds_received``, ``parse_payload``; ``send_message`` and ``recv_message`` on
+blocking sockets), ``PROTOCOL_VERSION``, file-entry ids. See docs/architecture.md, "Wire protocol".
 
 A frame is a 4-byte big-endian length followed by that many bytes of UTF-8 JSON (an object). File
 descriptors ride on the frame's first byte as SCM_RIGHTS ancillary data, at most ``MAX_FDS_PER_FRAME`` per

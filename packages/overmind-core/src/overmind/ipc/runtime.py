@@ -1,4 +1,4 @@
-"""Where the server lives: the per-user runtime directory and the paths inside it.
+"""Where the server lives: the per-user runtime directory (its resolution and permissions) and the paths inside it.
 
 The directory is the security boundary before SO_PEERCRED: mode 0700 and owned by the user, so no other
 user can even reach the socket. A directory that fails either check is refused, never silently "fixed",

@@ -1,4 +1,5 @@
-"""Canonical forms of torch values (see :mod:`overmind.keys.canon`); imported only once a torch value is met."""
+"""Canonical forms of torch values (see :mod:`overmind.keys.canon`); imported only once a torch value is met and,
+handed the walk, never importing ``canon``."""
 from __future__ import annotations
 
 import ctypes

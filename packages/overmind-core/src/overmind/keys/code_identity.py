@@ -1,4 +1,5 @@
-"""What a piece of code is, for a cache key: installed code by its distribution, the user's code by itself.
+"""What a piece of code is, for a cache key: installed code by its distribution, the user's code by itself (what a
+code object is).
 
 - Code inside an installed distribution (site-packages) or the standard library is identified by the
   distribution's name and version: its source does not change while that version is installed.

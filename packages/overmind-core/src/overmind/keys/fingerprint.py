@@ -1,4 +1,5 @@
-"""File fingerprints: what a path names, as far as a loader reading it can tell, without reading it.
+"""File and folder fingerprints (size, mtime, ctime, inode, device): what a path names, as far as a loader reading
+it can tell, without reading it.
 
 A file is its size, mtime_ns, ctime_ns, inode and device. ``ctime`` cannot be set by the user: a checkpoint
 overwritten in place with its size kept and its mtime put back (``os.utime``) still changes it. A folder is

@@ -1,4 +1,5 @@
-"""Cache keys: which loader, called with which arguments, on which files.
+"""Cache keys: which loader (its identity), called with which arguments (bound, canonical), on which files, with the
+adapters' key parts; the key digest.
 
 - The loader's identity is the class it was called on plus the function (``BertModel.from_pretrained``
   and ``BertForMaskedLM.from_pretrained`` share one inherited function but are different loaders), described

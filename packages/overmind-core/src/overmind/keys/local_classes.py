@@ -1,4 +1,5 @@
-"""Classes that cannot be imported by name keep their identity in the process that has them.
+"""Classes that cannot be imported by name (defined in a function, made at run time) keep their identity: pickled
+with their name and code digest, rebuilt as the live class of that identity where the process has one.
 
 A class defined in a function body (``def make(): class CustomBert(BertModel): ...``) or made at run time by the
 user's code is not reachable as ``module.qualname``; pickling can only carry it by value (dill), and rebuilding

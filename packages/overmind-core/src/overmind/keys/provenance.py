@@ -1,4 +1,5 @@
-"""Provenance: an object returned by an earlier load is keyed by that entry while it provably still is it.
+"""Provenance: a module or tensor returned by an earlier load is keyed by that entry while it provably still is what
+the rebuild produced (torch-free at import; the rebuild hands it the config describer).
 
 ``vae = AutoencoderKL.from_pretrained(...)`` then ``Pipeline.from_pretrained(..., vae=vae)``: hashing the
 vae's weights on every call would cost as much as loading them, so a module or tensor rebuilt from entry

@@ -1,4 +1,5 @@
-"""The process-wide torch state that changes what a plain loader returns: part of every cache key.
+"""The process-wide torch state that changes what a plain loader returns (default dtype and device, inference mode,
+replaced registration methods and tensor constructors): part of every cache key.
 
 Two calls with equal arguments can still have different plain results:
 

@@ -1,5 +1,7 @@
-"""An adapter proves itself on a library release outside its ``tested`` range, before activation patches it
-(:mod:`overmind.adapters.self_check` has what the adapter declares).
+"""An adapter proves itself on a library release outside its ``tested`` range, before activation patches it: its
+loaders fit, its reducers are callables, its sample makes a round trip through the entry codec; once per
+environment, remembered in ``$XDG_CACHE_HOME/overmind/self-checks`` (:mod:`overmind.adapters.self_check` has what
+the adapter declares).
 
 - every patch target takes the parameters the adapter reads (those that do not are left out; none left fails);
 - each reducer the adapter registers is a callable for a type;

@@ -1,4 +1,6 @@
-"""Admission by reuse: a load publishes its entry only once the entry is known to be reused.
+"""Admission by reuse: a load publishes its entry only once the entry is known to be reused. A key's first load in
+the server's life returns the plain result and leaves a mark, unless another process waits on it or the publish is
+cheap against the loader's time; ``OVERMIND_ADMIT``, ``admit=``, ``overmind.admitting``.
 
 A checkpoint evaluated once, or a model loaded once per experiment, never gets a hit: publishing it would only
 cost the caller (the pickle, the memfd written) and the machine (memory held). So the first load of a key in the
@@ -8,11 +10,11 @@ publishes, and every load after it hits. A load that arrives while the first is 
 every load of a claimed key does, and counts as reuse at once: the first publishes, the waiter hits, so N
 processes started together load plainly once, not N times.
 
-A first load publishes at once where the publish is cheap against what the loader did: when the loader ran for
-at least :data:`CHEAP_PUBLISH_SHARE` ``**-1`` times the publish's estimated cost (a quantisation, a trace, a
+A first load publishes at once where the publish is cheap against what the loader did: when the loader ran for at
+least :data:`CHEAP_PUBLISH_SHARE` ``**-1`` times the publish's estimated cost (a quantisation, a trace, a
 conversion: building again costs far more than publishing). The estimate is :data:`PUBLISH_FIXED_S` plus the
-result's storage bytes at :data:`PUBLISH_BYTES_PER_S`, the rate a publish copies at (benchmarks/harness/breakdown.py: a
-100M-parameter fp32 net, 0.40 GB, publishes in 0.18 s without the load arena).
+result's storage bytes at :data:`PUBLISH_BYTES_PER_S`, the rate a publish copies at, measured by
+``benchmarks/harness/breakdown.py`` (docs/architecture.md, "Measured costs").
 
 ``OVERMIND_ADMIT=first`` (``overmind warm`` runs a program so) and ``overmind.load(..., admit="first")`` publish on
 the first load; ``admit="reuse"`` keeps the default for one call whatever the setting says.

@@ -1,4 +1,6 @@
-"""The user's modules a call's result depends on beyond its key, and the digest of their files.
+"""The user's modules a call's result depends on beyond its key (imported by the call, or named by a local import in
+the loader's code) and the digest of their files: what its entry varies with besides the generators. A file changed
+after this process could have imported it is never vouched for.
 
 The key describes the loader's own code and what it reads through module-level names (:mod:`.code_identity`,
 :mod:`.canon`). A loader can also reach the user's code that no such name shows: a local import

@@ -1,4 +1,5 @@
-"""``load()``: key -> hit | miss -> publish, and the policy that the user's load never breaks.
+"""``load()``: key -> hit | miss -> publish; the variants of calls that vary with state outside their key; the
+policy that the user's load never breaks.
 
 A hit maps the entry (and the entries it references) copy-on-write and unpickles the skeleton. The first load
 of a key in the server's life runs the loader plainly and returns its result, leaving only a mark in the server

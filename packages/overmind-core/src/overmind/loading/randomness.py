@@ -1,4 +1,6 @@
-"""The process's global random generators: what a loader drew, so that its entry can vary with them.
+"""The process's global random generators (torch, CUDA, ``random``, NumPy) before and after a miss's loader: a call
+that drew is published as the variant of their states before it, with their states after it, which a hit restores;
+where the program has not seeded torch's, as the variant every unseeded process shares.
 
 A plain call that draws (a head the checkpoint lacks, initialised at random; a user's ``Net()`` built at random and
 then overwritten by ``load_state_dict``; a loader that seeds and samples) returns values that may depend on where it

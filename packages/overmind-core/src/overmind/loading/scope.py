@@ -1,12 +1,14 @@
-"""Memos that last while a load runs (its nested loads included) and are dropped when no load is running.
+"""Memos that last while a load runs (its nested loads included) and are dropped when no load is running: what a
+reducer keeps for the length of a load (the tokenizer's split, reduced for its own entry and again in the
+pipeline's).
 
-A pipeline's tokenizer is reduced twice in one cold load: once for its own entry, and again inside the
-pipeline's entry, and each reduce serialises and reparses its 49k-token vocabulary (~80 ms). A reducer keeps
-such work in :func:`memo` and reuses it only on an exact match that it checks itself (the tokenizer compares the
-backend's whole serialised text): the scope decides nothing about what is cached or under which key, it only
-bounds how long the memory is held. The memos are shared by all threads (the pickler runs on a helper thread),
-and emptied when the last load in the process returns; outside a load :func:`memo` gives a fresh dict each
-time, so nothing is kept.
+A pipeline's tokenizer is reduced twice in one cold load: once for its own entry, and again inside the pipeline's
+entry, and each reduce serialises and reparses its 49k-token vocabulary (docs/architecture.md, "Measured costs"). A
+reducer keeps such work in :func:`memo` and reuses it only on an exact match that it checks itself (the tokenizer
+compares the backend's whole serialised text): the scope decides nothing about what is cached or under which key, it
+only bounds how long the memory is held. The memos are shared by all threads (the pickler runs on a helper thread),
+and emptied when the last load in the process returns; outside a load :func:`memo` gives a fresh dict each time, so
+nothing is kept.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Entries that vary with state outside the call's key, as HTTP caches honour ``Vary``.
+"""Entries that vary with state outside the call's key, as HTTP caches honour ``Vary``: the marker under the call's
+key names that state, and the variant's key adds a digest of it (generator states, file contents).
 
 Some calls return what their key alone does not decide: a loader that draws from the global random generators
 (:mod:`.randomness`), one that reaches the user's modules through a local import (:mod:`.code_deps`). A miss

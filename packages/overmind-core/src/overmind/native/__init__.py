@@ -1,3 +1,2 @@
-"""Zero-copy storages and the tensor rebuild: the compiled extension ``overmind.native._C`` (``csrc/``) and its pure-
-Python twins.
-"""
+"""Zero-copy storages and the tensor rebuild, compiled and in Python: the extension ``overmind.native._C``
+(``csrc/``) and its pure-Python twins."""

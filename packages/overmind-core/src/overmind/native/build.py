@@ -1,5 +1,6 @@
-"""``overmind build-native``: compile ``overmind.native._C`` for the installed torch, from the sources shipped in the
-package, into ``$XDG_CACHE_HOME/overmind/native/torch-<release>-<python>/`` (see :mod:`.extension`).
+"""``overmind build-native``: compile ``overmind.native._C`` for the installed torch, from the sources shipped in
+the package, in a child process, moved into place whole in
+``$XDG_CACHE_HOME/overmind/native/torch-<release>-<python>/`` (see :mod:`.extension`).
 
 For a user whose torch is newer than the one the installed extension was built for: the extension uses torch's
 C++ API, so it is built per torch release, with torch's own extension builder (a C++20 compiler and torch's

@@ -1,12 +1,13 @@
-"""Which compiled extension serves this process: the one installed with overmind-core, or one built for the
-installed torch by ``overmind build-native``.
+"""Which compiled extension serves this process: the one installed with overmind-core under the torch it was built
+for (``_C.TORCH_BUILT``), else one ``overmind build-native`` built for the installed torch in
+``$XDG_CACHE_HOME/overmind/native/``, else none (the pure-Python twins).
 
-``overmind.native._C`` is compiled against torch's C++ API, which changes between torch releases: an extension
-built for torch 2.13 must not serve torch 2.15. It records the torch it was built for (``_C.TORCH_BUILT``), and
-:func:`load` uses it only under that torch. Otherwise it looks for an extension built for this torch and this
-Python in ``$XDG_CACHE_HOME/overmind/native/`` (``overmind build-native`` compiles one there from the sources
-shipped in the package, about a minute); without either, the pure-Python twins serve (``zerocopy``), slower on
-a warm load, and ``overmind doctor`` says so and what to run.
+``overmind.native._C`` is compiled against torch's C++ API, which changes between torch releases: an extension built
+for torch 2.13 must not serve torch 2.15. It records the torch it was built for (``_C.TORCH_BUILT``), and
+:func:`load` uses it only under that torch. Otherwise it looks for an extension built for this torch and this Python
+in ``$XDG_CACHE_HOME/overmind/native/`` (``overmind build-native`` compiles one there from the sources shipped in
+the package); without either, the pure-Python twins serve (``zerocopy``), slower on a warm load, and
+``overmind doctor`` says so and what to run.
 
 >>> module, how = extension.load()
 >>> how

@@ -1,4 +1,6 @@
-"""A cheaper reduce for the common tensor: a plain ``torch.Tensor`` or ``nn.Parameter`` on a strided layout.
+"""A cheaper reduce for the common tensor (a plain ``torch.Tensor`` or ``nn.Parameter`` on a strided layout),
+keeping its version counter, or that it is an inference tensor; its rebuild is what an entry's
+``rebuild_from_untyped`` resolves to under ``OVERMIND_ZEROCOPY=python``.
 
 torch's own ``__reduce_ex__`` rebuilds every tensor through ``torch._utils._rebuild_tensor_v2``, a Python
 path that also looks for fake-tensor modes; a pipeline's warm load rebuilds thousands of tensors, so that
@@ -17,9 +19,9 @@ tensor is rebuilt outside inference mode (``codec.decode``), an ordinary tensor 
 inside it. An inference tensor left to torch's reduce is wrapped the same way (:func:`rebuild_inference`).
 
 The storage travels as an :class:`UntypedStorageArg` (the pickler's persistent id for it carries no dtype), so a
-rebuild gets the ``UntypedStorage`` itself, not a ``TypedStorage`` wrapper made only to be unwrapped again;
-with ``torch.empty(0)`` + ``set_`` and ``Parameter``'s own ``_make_subclass`` that is ~3 us a tensor instead of
-~5 (1,800 tensors in a Stable Diffusion pipeline).
+rebuild gets the ``UntypedStorage`` itself, not a ``TypedStorage`` wrapper made only to be unwrapped again; with
+``torch.empty(0)`` + ``set_`` and ``Parameter``'s own ``_make_subclass`` that costs less a tensor than torch's path,
+over the 1,800 tensors of a Stable Diffusion pipeline (docs/architecture.md, "Measured costs").
 """
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Zero-copy views of memory as torch storages, and TorchScript modules imported from such storages.
+"""Zero-copy views of memory as torch storages, TorchScript modules imported from such storages, the tensor rebuild
+an entry's ``rebuild_from_untyped`` resolves to, and the provenance walk and fingerprint: ``overmind.native._C`` or
+the pure-Python twin (``OVERMIND_ZEROCOPY``).
 
 Two implementations with one signature each, markupsafe style:
 

@@ -1,4 +1,5 @@
-"""Whether this process can fork a child that works: one thread and no CUDA.
+"""Whether this process can fork a child that works: one thread and no CUDA (asked by the template before each
+child, and of the trial of an object built ahead, after it).
 
 A fork copies only the calling thread, so a lock another thread holds stays locked in the child forever, and a
 forked child cannot use a CUDA context its parent initialised. The template checks before it forks each child,

@@ -1,12 +1,12 @@
-"""The template's private anonymous memory mapped as 2 MiB pages (``MADV_COLLAPSE``), so that forks and exits are cheap.
+"""The template's dense private anonymous memory mapped as 2 MiB pages (``MADV_COLLAPSE``) before it forks, so that
+each child's fork and exit handle a few hundred page-table entries instead of tens of thousands.
 
 Every program ``overmind run`` starts is a fork of the template, and the kernel handles the private anonymous memory
 a fork shares one page-table entry at a time: it copies the entries at the fork and takes them down at the exit. A
-template holding torch, transformers and diffusers has ~370 MiB of such memory, ~95,000 entries of 4 KiB pages:
-on this project's machines ~9 ms a fork and ~11 ms an exit, and the exit is on the path of every ``run`` (the
-launcher gets the exit status once the kernel has taken the process down). Mapped as 2 MiB pages the same memory is
-a few hundred entries: measured in such a process, a fork 9 -> 3 ms and an exit 11 -> 4 ms (docs/run.md, "How
-fast").
+template holding torch, transformers and diffusers has ~370 MiB of such memory, ~95,000 entries of 4 KiB pages,
+copied at every fork and taken down at every exit, and the exit is on the path of every ``run`` (the launcher gets
+the exit status once the kernel has taken the process down). Mapped as 2 MiB pages the same memory is a few hundred
+entries, and a fork and an exit take a fraction of the time (docs/run.md, "How fast").
 
 :func:`collapse` asks the kernel to map each 2 MiB-aligned range of those mappings as one huge page, once the
 template has imported and built what it holds (and again after it builds objects ahead anew). Nothing a program

@@ -1,10 +1,11 @@
-"""The pages a program's loads copy from the template, copied by the spare before the request instead.
+"""The pages a program's loads copy from the template: recorded as a generation's first taking program ends, and
+copied by the next spares before the request instead.
 
 A child forked from the template shares the template's memory copy-on-write: the first write to a page (a reference
 count a hit changes, a code object the interpreter specializes, an allocator pool) stops the process for a fault and
-a 4 KiB copy. The blog's four loads in a child make ~400 of them, about 1.5 ms of their 11. A spare is the process
-that becomes the program (:mod:`.spare`), so a page the spare copies while it waits is already the program's own
-when the program writes it.
+a 4 KiB copy. The blog's four loads in a child make ~400 of them (docs/architecture.md, "Measured costs": what they
+cost). A spare is the process that becomes the program (:mod:`.spare`), so a page the spare copies while it waits is
+already the program's own when the program writes it.
 
 The first program of a template generation (the template's state between two rebuilds of the objects built ahead)
 that took an object built ahead records, as it ends, which pages of the anonymous writable private mappings it holds

@@ -1,4 +1,5 @@
-"""What an ``overmind run`` template builds ahead for its children: the objects of the entries they hit most.
+"""What an ``overmind run`` template builds ahead for its children: the objects of the entries they hit most, each
+after a trial in a throwaway fork.
 
 A warm hit in a fresh process maps the entry and unpickles its skeleton; for the blog's pipeline that is most
 of the hit (a CLIP tokenizer alone unpickles in tens of milliseconds). A template can do that work once: it

@@ -1,4 +1,6 @@
-"""The spare: a child the template forks before a ``run`` asks for one, so that the request finds it ready.
+"""The spare: a child the template forks before a ``run`` asks for one, with its first page copies, the page copies
+a generation's first program recorded and its first loader descriptions paid before the request, so that the request
+finds it ready; retired when the template's objects change.
 
 A fork of a template that holds torch, transformers and diffusers copies their page tables (tens of
 milliseconds), and a child's first hit on an object built ahead copies every page whose reference counts the

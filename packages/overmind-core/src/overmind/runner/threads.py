@@ -6,11 +6,11 @@ the caller's environment and CPU affinity, asks OpenBLAS for the count OpenBLAS 
 (``OPENBLAS_NUM_THREADS``, else ``GOTO_NUM_THREADS``, else ``OMP_NUM_THREADS``, else the CPUs this process
 may run on, never more than those).
 
-Setting the count starts the workers, and a new OpenBLAS worker spins on its CPU for about 0.1 s before it
-sleeps: two libraries' workers (numpy's and scipy's) then take both CPUs of a small machine from the program's
-first 0.1 s. So the child stops the pool again at once (``blas_thread_shutdown_``, what OpenBLAS's own fork
-handler does in every forked process): the count stays, and OpenBLAS starts the workers at the program's first
-threaded BLAS call, as it does in any child of a process whose pool ran.
+Setting the count starts the workers, and a new OpenBLAS worker spins on its CPU for a while before it sleeps
+(docs/architecture.md, "Measured costs"): two libraries' workers (numpy's and scipy's) then take both CPUs of a
+small machine at the program's start. So the child stops the pool again at once (``blas_thread_shutdown_``, what
+OpenBLAS's own fork handler does in every forked process): the count stays, and OpenBLAS starts the workers at the
+program's first threaded BLAS call, as it does in any child of a process whose pool ran.
 """
 from __future__ import annotations
 

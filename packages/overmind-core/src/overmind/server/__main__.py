@@ -1,13 +1,14 @@
 """``python -m overmind.server [--runtime-dir D] [--foreground] [--max-bytes SIZE] [--claim KEY --claim-pid PID]``:
-run the Overmind server.
+run the Overmind server (a hand parser: argparse and its imports would weigh on the start).
 
 Normally started by ``overmind.client.launcher`` (detached, output appended to the log) or by ``overmind serve``.
 ``--foreground`` also logs to stderr, for running it in a terminal. ``--claim KEY --claim-pid PID``: the launcher's
 process loads ``KEY`` while the server starts, and the server holds that claim for it (``handoff.py``).
 
-The options are read by :func:`parse_args`, not ``argparse``: the server starts before a process's first load
-can go on, and argparse with what it imports (gettext, locale, shutil) was ~8 ms of that start and ~1 MiB of a
-process that lives for hours. ``overmind serve`` (``cli/main.py``) is the command with help text and checked options.
+The options are read by :func:`parse_args`, not ``argparse``: the server starts before a process's first load can go
+on, and argparse with what it imports (gettext, locale, shutil) would weigh on that start and on a process that
+lives for hours (docs/architecture.md, "Measured costs"). ``overmind serve`` (``cli/main.py``) is the command with
+help text and checked options.
 """
 from __future__ import annotations
 

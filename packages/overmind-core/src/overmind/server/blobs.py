@@ -1,4 +1,5 @@
-"""The server's index of stored bytes: which entry holds a storage of this size and sampled hash, and where.
+"""The server's index of stored bytes, for a publisher's dedup: which entries hold a storage of this size and
+sampled hash (blob key), and where; and the pages an entry with holes really holds.
 
 A publish names, for each storage of 64 KiB or more that its memfd really holds, a blob key
 (``"<nbytes>:<sampled hash>"``, see :mod:`overmind.entries.dedup`) and its offset in the data region. A later ``blobs``

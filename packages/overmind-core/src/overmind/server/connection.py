@@ -1,4 +1,5 @@
-"""One client connection of the server: hello, then one request at a time, answered without blocking.
+"""One client connection of the server: hello, then one request at a time, answered without blocking; what it needs
+of the server is a ``Protocol``, not an import of ``daemon``.
 
 The server's event loop (``daemon.Server``) reads and writes the socket; a ``Connection`` turns each whole
 request into a call on the ``Store`` and queues the reply. A ``get`` that finds another connection's claim

@@ -1,10 +1,11 @@
-"""The spawner's claim: the key that the process which started this server loads while the server starts.
+"""The spawner's claim: the key that the process which started this server loads while the server starts, held for
+that process (its parent only) until one of its connections names the key, dropped when it exits (a pidfd).
 
-A process that finds no server running knows its first load is a miss: a new server holds nothing. So it starts
-the server with ``--claim KEY --claim-pid PID`` and runs its loader at once, instead of waiting ~50 ms for the
-server to accept its ``get`` (``launcher.start_holding``). The server takes that claim before it listens, so every
-other process that asks for the key finds it claimed and waits for the publish, as for any claim: the loader still
-runs once however many processes start together.
+A process that finds no server running knows its first load is a miss: a new server holds nothing. So it starts the
+server with ``--claim KEY --claim-pid PID`` and runs its loader at once, instead of waiting for the server to start
+and accept its ``get`` (docs/architecture.md, "Measured costs") (``launcher.start_holding``). The server takes that
+claim before it listens, so every other process that asks for the key finds it claimed and waits for the publish, as
+for any claim: the loader still runs once however many processes start together.
 
 - Only the server's parent may hold such a claim: ``take`` refuses any other pid (a claim named on an
   ``overmind serve`` command line, a parent that is gone already), and the claim is then simply not taken.

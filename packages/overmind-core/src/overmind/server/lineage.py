@@ -1,4 +1,6 @@
-"""How the previous server of a runtime directory ended, and when the cache was last lost.
+"""How the previous server of a runtime directory ended (``server.state``: started, ended in order or not), and when
+the cache was last lost: a server that finds the last one killed logs that its entries were lost, and ``status``
+shows when.
 
 Each server writes ``server.state`` (JSON, replaced atomically) when it starts, ``{"pid", "started", "ended":
 null, "last_lost"}``, and sets ``"ended": "clean"`` when it stops in order. A server that finds the previous

@@ -1,4 +1,5 @@
-"""The server's log: lines appended to ``server.log``, rotated by size, reopened when something removes it.
+"""The server's log: lines appended to ``server.log``, rotated by size (``OVERMIND_LOG_MAX_BYTES``), reopened when
+something removes it; not :mod:`logging`, whose import would weigh on a process that lives for hours.
 
 A line reads ``2026-12-03 23:14:05,123 pid 4242 MainThread INFO published ...``. ``OVERMIND_LOG_MAX_BYTES``
 (default 16M) is the size at which ``server.log`` becomes ``server.log.1`` (the older ones shift up to

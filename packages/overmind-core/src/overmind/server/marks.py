@@ -1,4 +1,5 @@
-"""Marks: the keys loaded once in this server's life and not published, so that the next load of one publishes.
+"""Marks: the keys loaded once in this server's life and not published (key, estimated size, loader, arguments,
+when), bounded, oldest dropped first, so that the next load of one publishes.
 
 Admission by reuse: a load is published only once it is known to be reused. The first load of a key runs plain
 (no entry written, no memory taken) and leaves a mark here: the key, the size its entry would take, and when. A

@@ -1,4 +1,5 @@
-"""Check that a published fd is a sealed memfd, so no client can change bytes others have mapped."""
+"""Check that a published fd is a sealed memfd (the seal set of ``shm/seals.py``), so no client can change bytes
+others have mapped."""
 from __future__ import annotations
 
 import errno

@@ -1,4 +1,5 @@
-"""The server's side of the frame codec (:mod:`overmind.ipc.protocol`), on non-blocking sockets.
+"""The server's side of the frame codec (:mod:`overmind.ipc.protocol`), on non-blocking sockets: a frame reader
+bounded by a buffer budget every connection shares, and an outbox sending what the socket takes.
 
 ``FrameReader`` reads one request frame at a time, as its bytes arrive: the announced length is checked
 against the request limit and never allocated up front, and a frame larger than a small control message

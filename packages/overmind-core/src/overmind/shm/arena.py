@@ -1,11 +1,13 @@
-"""A miss's large CPU allocations made in the memfd that becomes its entry: converted tensors written once.
+"""A miss's large CPU allocations made in the memfd that becomes its entry: converted tensors written once. While a
+miss's loader runs, its allocations of 1 MiB or more are ranges of that memfd; closed, they are remapped private,
+and detached where dedup found their bytes elsewhere (``OVERMIND_WRITE_ONCE``).
 
-An fp32 checkpoint loaded with ``torch_dtype=torch.float16`` converts every tensor. Plain allocates the fp16
-tensors in the heap; copying them from there into a fresh memfd would cost a miss 2.2x plain's time per GiB on
-these machines (docs/benchmarks.md). So while a miss's loader runs, :func:`open_arena` routes this
-thread's CPU allocations of :data:`THRESHOLD` bytes or more to page-aligned ranges of one memfd, mapped shared,
-after the entry's header page (torch's CPU allocator is the extension's placing one while any arena is open;
-``csrc/load_arena.cpp``). The conversion writes the bytes there, once.
+An fp32 checkpoint loaded with ``torch_dtype=torch.float16`` converts every tensor. Plain allocates the fp16 tensors
+in the heap; copying them from there into a fresh memfd would cost a miss well over plain's own time per GiB
+(docs/benchmarks-more.md, "Smaller measurements": ``convert_path.py``). So while a miss's loader runs,
+:func:`open_arena` routes this thread's CPU allocations of :data:`THRESHOLD` bytes or more to page-aligned ranges of
+one memfd, mapped shared, after the entry's header page (torch's CPU allocator is the extension's placing one while
+any arena is open; ``csrc/load_arena.cpp``). The conversion writes the bytes there, once.
 
 When the loader returns, :meth:`Arena.close` stops placing and remaps every live range private: the same
 pages, copy-on-write, so the loader's tensors stay valid, a later write of this process lands in a page of its

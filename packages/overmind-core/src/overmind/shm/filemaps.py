@@ -1,4 +1,5 @@
-"""Which storages are untouched private mappings of a checkpoint file: referenced in the file, not copied.
+"""Which storages are untouched private mappings of a checkpoint file (``/proc/self/maps``, pagemap, ``fstat``):
+referenced in the file, not copied (``OVERMIND_FILE_REFERENCES``).
 
 A safetensors checkpoint loaded without a dtype conversion is already a lazy ``MAP_PRIVATE`` mapping of the
 file: every parameter's bytes lie in a ``rw-p`` line of ``/proc/self/maps`` naming the file, and a page not

@@ -1,4 +1,6 @@
-"""Copies of a hit's weights to a GPU, read from the pinned twins of :mod:`.twins`.
+"""Copies of a hit's weights to a GPU, read from the pinned twins of :mod:`.twins`: ``torch.nn.Module.to`` and
+``.cuda`` (replaced while a twin lives) point a module's pristine plain tensors at their twins for the call, and a
+cached GPU load's storages are restored from their twins.
 
 Two copies go through here:
 

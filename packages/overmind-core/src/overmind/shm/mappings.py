@@ -1,4 +1,5 @@
-"""The registry of this process's live entry mappings, to recognise a storage that already lives in one.
+"""The registry of this process's live entry mappings, file entries' included, to recognise a storage that already
+lives in one.
 
 File entries (checkpoint files, see :mod:`.filemaps`) are registered too: a storage of a file-backed hit is
 located at its offset in the file, and the next entry holding it references the same file entry.

@@ -1,4 +1,6 @@
-"""Which pages of this process were written since they were mapped: ``/proc/self/pagemap``, read with ``pread``.
+"""Which pages of this process were written since they were mapped: ``/proc/self/pagemap``, read with ``pread``, for
+a few ranges at once (the kernel's ``PAGEMAP_SCAN`` first, where it has one) or through an encode's
+:class:`PageSnapshot`, a window of address space at a time.
 
 A page of a ``MAP_PRIVATE`` mapping (an entry's memfd, a checkpoint file) that nobody wrote is either absent
 (never faulted) or the file's own page (bit 61); a write made it a private anonymous page, and its bytes are no
@@ -9,13 +11,14 @@ then copies the bytes rather than risk referencing modified ones.
 Two ways to ask:
 
 * :func:`all_pristine` asks about the pages of the ranges now: for each cluster of nearby ranges the kernel's
-  ``PAGEMAP_SCAN`` (Linux 6.7+) looks for a written page without handing over an entry per page (~5 us for a
-  ControlNet's 690 MiB, where reading its 176k entries took ~0.8 ms). Only where it finds one (which may lie in a gap
-  between the ranges) or cannot scan are the entries read and the ranges' own pages looked at;
-* a :class:`PageSnapshot` reads a 64 MiB stretch of address space on its first question there and answers
-  every later question in it from that read. One encode asks about thousands of storages lying side by side (a
-  checkpoint's tensors in one mapping), and a read per storage costs more in calls than in bytes: ~2,700 of them
-  take ~40 ms of a cold blog load. A snapshot answers as of its reads, so it lives for one encode, no longer.
+  ``PAGEMAP_SCAN`` (Linux 6.7+) looks for a written page without handing over an entry per page (far less than
+  reading a ControlNet's 176k entries: docs/architecture.md, "Measured costs"). Only where it finds one (which may
+  lie in a gap between the ranges) or cannot scan are the entries read and the ranges' own pages looked at;
+* a :class:`PageSnapshot` reads a 64 MiB stretch of address space on its first question there and answers every
+  later question in it from that read. One encode asks about thousands of storages lying side by side (a
+  checkpoint's tensors in one mapping), and a read per storage costs more in calls than in bytes (a cold blog load
+  would make ~2,700: docs/architecture.md, "Measured costs"). A snapshot answers as of its reads, so it lives for
+  one encode, no longer.
 
 >>> pagemap.all_pristine([(ptr, nbytes), ...])
 >>> pages = pagemap.PageSnapshot(); pages.pristine(ptr, nbytes)

@@ -1,4 +1,5 @@
-"""Where each storage of a new entry goes: an offset in its data region, or a place in an entry already mapped.
+"""Where each storage of a new entry goes: an aligned offset in its data region (one place per storage), a place in
+an entry already mapped (a dep), or where it already lies in the load arena.
 
 The pickler meets storages one by one and asks :meth:`Placer.place`; only this module knows the data region's
 alignment (``layout.STORAGE_ALIGN``) and how bytes are shared. A storage met twice (views of one storage, a tied

@@ -1,4 +1,5 @@
-"""Map an entry copy-on-write and hand out zero-copy storages over it.
+"""Map an entry copy-on-write and hand out zero-copy storages over it (a file entry: the whole checkpoint file,
+storages at their file offsets).
 
 Every load maps the memfd afresh with MAP_PRIVATE: an in-place write by the user (``p.data.add_(1)``,
 ``load_state_dict``) lands in a private page of this one object, never in the cache, never in another

@@ -1,11 +1,12 @@
-"""Read-only shared twins of this process's entry mappings, pinned with the CUDA driver, so that a copy of a
-hit's weights to a GPU runs by DMA from the one shared copy.
+"""Read-only shared twins of this process's entry mappings (with a CUDA build of torch), registered with the CUDA
+driver on their first copy to a GPU, so that a copy of a hit's weights runs by DMA from the one shared copy; a
+storage with a written page is never read from its twin (``OVERMIND_PINNED_COPIES``).
 
-A hit's tensors live in a ``MAP_PRIVATE`` mapping (:mod:`.reader`): copy-on-write, so an in-place write by the
-user stays private. Such memory is pageable, and a copy to a GPU from it goes through the driver's staging
-buffers (10-17 GB/s on an H200, where pinned memory moves ~55 GB/s). Pinning that private mapping is wrong
-whichever way the kernel takes it: either the pin breaks copy-on-write for every page (a private copy of the
-weights in each process: the sharing is gone), or it pins the page-cache pages, and a later write by the user
+A hit's tensors live in a ``MAP_PRIVATE`` mapping (:mod:`.reader`): copy-on-write, so an in-place write by the user
+stays private. Such memory is pageable, and a copy to a GPU from it goes through the driver's staging buffers (at a
+fraction of the rate pinned memory moves at: docs/architecture.md, "Measured costs"). Pinning that private mapping
+is wrong whichever way the kernel takes it: either the pin breaks copy-on-write for every page (a private copy of
+the weights in each process: the sharing is gone), or it pins the page-cache pages, and a later write by the user
 lands in a new private page that the DMA never reads (the GPU gets the old bytes).
 
 So a mapping gets a *twin*: a ``MAP_SHARED``, ``PROT_READ`` mapping of the same sealed memfd or checkpoint file

@@ -1,10 +1,11 @@
-"""Write an entry into a fresh memfd and seal it, so nobody (the writer included) can change it afterwards.
+"""Write an entry into a fresh memfd (or the miss's load arena memfd, data first) and seal it, so nobody (the writer
+included) can change it afterwards.
 
-The bytes go in with ``pwrite(2)`` straight from each storage's own memory: the kernel allocates the memfd's
-pages as it copies, with no mapping of the memfd to fault in page by page. On this machine that is 2-3x the
-speed of copying through a shared mapping, even one populated up front (``benchmarks/probes/write_path.py``;
-docs/benchmarks.md). The writer never holds a writable mapping, so nothing stands in the way of the seal
-(which fails with EBUSY while a writable shared mapping exists).
+The bytes go in with ``pwrite(2)`` straight from each storage's own memory: the kernel allocates the memfd's pages
+as it copies, with no mapping of the memfd to fault in page by page. That is faster than copying through a shared
+mapping, even one populated up front (docs/benchmarks-more.md, "Smaller measurements": ``write_path.py``). The
+writer never holds a writable mapping, so nothing stands in the way of the seal (which fails with EBUSY while a
+writable shared mapping exists).
 
 Where libc's ``pwrite`` cannot be called through ctypes, the bytes are copied through a shared mapping as
 before (``PWRITE`` says which way is in use).

@@ -1,4 +1,5 @@
-"""Whether the program has seeded torch's global generator since torch was imported.
+"""Whether the program has seeded torch's global generator since torch was imported: torch's seeding functions
+counted, its import's seed kept.
 
 torch seeds its default CPU generator from the OS when it is imported. Until the program seeds it, the state it is
 in is random, and where a loader leaves it is random too: a process that has not seeded cannot tell a generator

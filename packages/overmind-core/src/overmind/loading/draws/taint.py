@@ -1,4 +1,5 @@
-"""Byte ranges of storages that hold drawn values, or values computed from them.
+"""Byte ranges of storages that hold drawn values, or values computed from them: added by a write of drawn values,
+cleared by a dense overwrite with others.
 
 A pure bookkeeping structure: the :mod:`.tracker` says which bytes of which storage an operation wrote and from
 what; this keeps, per storage, the sorted, disjoint ``[start, stop)`` ranges that may hold a drawn value. A write

@@ -1,4 +1,6 @@
-"""Follow, during a miss, the values a loader draws at random, and say whether its result keeps any.
+"""Follow, during a miss in a process that has not seeded, the values a loader draws at random, and say whether its
+result keeps any: a dispatch mode marks what draws write and what reads it, clears what the checkpoint overwrites,
+and notes drawn values read into Python and draws it could not see.
 
 :class:`Tracker` is a torch dispatch mode: it sees every tensor operation of the loader's thread below autograd. It
 starts at the loader's first draw from torch's global CPU generator: until then nothing is drawn, so nothing needs

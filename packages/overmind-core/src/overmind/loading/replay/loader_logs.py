@@ -1,4 +1,6 @@
-"""The log records a loader emits: recorded on a miss, kept in the entry, emitted again on a hit.
+"""The log records a loader emits: recorded on a miss with every ``isEnabledFor`` and ``getEffectiveLevel`` answer
+the loader got, kept in the entry's meta, handed again on a hit to the same loggers' ``handle``, in the plain order
+among the warnings; a process whose logging answers otherwise runs the plain loader.
 
 A plain call logs while its loader runs (diffusers' "You have disabled the safety checker" notice, a library's
 deprecation note): its logger checks ``isEnabledFor``, makes a record and hands it to ``Logger.handle``, which

@@ -1,4 +1,6 @@
-"""The warnings a loader issues: recorded on a miss, kept in the entry, issued again on a hit.
+"""The warnings a loader issues: recorded on a miss (every one, before the user's filters; the miss still shows them
+as plain does), kept in the entry's meta, issued again on a hit at the place plain names, through the process's
+filters and registries; a loader whose warnings a hit could not imitate is not cached.
 
 A plain call warns while its loader runs (a deprecated argument's ``FutureWarning``, a library's
 ``UserWarning``, torch's C++ warnings). A hit runs no loader, so a miss records every warning its loader

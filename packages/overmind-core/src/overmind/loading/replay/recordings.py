@@ -1,5 +1,8 @@
-"""What a loader does beside returning its result, recorded while it runs on a miss: the bookkeeping that the
-warnings (:mod:`.loader_warnings`) and the log records (:mod:`.loader_logs`) share.
+"""What the warnings (:mod:`.loader_warnings`) and the log records (:mod:`.loader_logs`) of a miss's loader share
+while it runs: a recording's first doubt, each thread's stack of running recordings, the hooks the first recording
+of the process puts in and the last takes out, and the doubt cast on other threads' recordings when a thread that
+records nothing warns or logs. A signal handler's exception (Ctrl-C) can cut any step short, and every step stands
+it.
 
 A recording notes what happens in its own thread alone; loads nest (a pipeline's loader loads its components), so
 each thread keeps a stack of its running recordings, and every one notes what it sees. Hooks into the library

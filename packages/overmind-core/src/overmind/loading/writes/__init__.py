@@ -1,4 +1,5 @@
-"""What a loader writes to process state outside its result, recorded on a miss and replayed on every hit.
+"""What a loader writes to process state outside its result (registries, class attributes, module globals), recorded
+on a miss and replayed on every hit.
 
 A hit rebuilds objects without running their constructors, so whatever a constructor writes elsewhere (a library's
 process-wide registry, a class attribute it caches, a module global) would be missing in a process that only hit:

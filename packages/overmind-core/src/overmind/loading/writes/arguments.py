@@ -1,4 +1,6 @@
-"""What a loader changed in the modules it was given, as writes a hit can make to the caller's modules.
+"""What a loader changed in the modules it was given (a submodule swapped for a layer that holds it, gradient flags,
+attributes, hooks), as writes a hit can make to the caller's modules; a tensor whose values changed in place makes
+the call uncached.
 
 PEFT's ``PeftModel.from_pretrained(base, lora)`` returns a model that wraps ``base`` and changes ``base`` itself: its
 attention projections are replaced by LoRA layers that hold the original ones, its parameters stop requiring

@@ -1,5 +1,7 @@
-"""Before and after a loader: the state of the watched containers (:class:`Before`), and what changed in it as
-writes (:func:`since`).
+"""Before and after a loader: the state of the watched containers (:class:`Before`: marks of the dicts, copies of
+module globals and class attributes kept while their version tags hold, copies of sets and lists), and what changed
+in it, as writes (:func:`since`); an item removed or replaced in a registry is a change a hit cannot make, and the
+call is not cached.
 
 A module's globals and a class's attributes are compared item by item with a copy taken before the call (kept
 between calls while the dict's version tag shows it unchanged): each global or attribute added, rebound or deleted

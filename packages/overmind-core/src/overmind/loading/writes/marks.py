@@ -1,5 +1,6 @@
 """Marks of dicts: ``(version, length, digest of the items' identities)`` for each of a list of dicts, taken before
-and after a loader runs, so that the dicts it changed are found without copying them.
+and after a loader runs, so that the dicts it changed, and whether a changed one only gained items at its end, are
+found without copying them (``csrc/dict_marks.cpp``, or its Python twin).
 
 A digest covers every item's key, value and value type by identity, in the dict's order; a dict that only gained
 items at its end keeps the digest of its first ``length`` items (:func:`prefix_digest`), so the items it gained are

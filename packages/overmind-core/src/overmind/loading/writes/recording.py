@@ -1,4 +1,5 @@
-"""A miss's recording of what its loader writes: :func:`start` before the loader runs, :func:`finish` after it.
+"""A miss's recording of what its loader writes: :func:`start` before the loader runs, :func:`finish` after it; a
+failure reads as writes that cannot be described (the call is not cached).
 
 Recording never breaks the load: a failure to take or compare the state reads as writes that cannot be described,
 so the call is not cached (one debug line says why), and the loader's result is returned as plain returns it.

@@ -1,4 +1,7 @@
-"""The containers a loader may write outside its result: what a miss watches, and how each is found again by name.
+"""The containers a loader may write outside its result, and how each is found again by name (its module and global,
+or its class): in every imported module but the standard library's, torch's, ``regex``'s, Overmind's and
+``__main__``, the globals, module-level dicts, sets, lists and weak containers, and each defined class's attributes;
+attributes libraries make again when missing are not replayed.
 
 Watched, in every imported module but the standard library's, Overmind's own and the program's ``__main__``: the
 module's globals; each module-level dict (and subclass: ``OrderedDict``, a library's registry class), set and list;

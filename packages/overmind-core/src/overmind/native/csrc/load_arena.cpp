@@ -1,4 +1,7 @@
-// A load's arena: its large CPU allocations as ranges of one memfd. See load_arena.h and overmind/shm/arena.py.
+// A load's arena: the placing CPU allocator (`c10::SetCPUAllocator` while an arena is open), a thread's open arenas
+// and their ranges of one memfd (punched on free, remapped private at the close, detached where dedup found the
+// bytes elsewhere); another thread's large allocations as mappings of their own, unmapped when freed. See
+// load_arena.h and overmind/shm/arena.py.
 #include "load_arena.h"
 
 #include <fcntl.h>

@@ -1,4 +1,5 @@
-// overmind.native._C: a miss's large CPU allocations placed in the memfd that becomes its entry (shm/arena.py).
+// overmind.native._C: a miss's large CPU allocations placed in the memfd that becomes its entry, the compiled half
+// of `shm/arena.py` (no Python twin: without it, storages are copied).
 //
 // While a thread has an arena open, every CPU allocation it makes of at least the arena's threshold is a
 // page-aligned range of that arena's memfd, mapped shared: the loader's converted tensors are written there

@@ -1,8 +1,9 @@
-// The walk behind overmind.keys.provenance.snapshot, without a Python frame per module or per tensor: the same two
-// lists as the Python walk, equal item for item, in about a third of the time (a ControlNet's 340 modules: 0.34 ms
-// against 0.94 ms). A provenance record keeps the digest of the same reads instead (provenance_digest.cpp). Whatever
-// is off the common path is handed to the Python functions the walk was given, so the result is always what Python
-// computes:
+// The walk behind overmind.keys.provenance.snapshot (modules in tree order, a row per tensor), without a Python
+// frame per module or per tensor: the same two lists as the Python walk, equal item for item, in a fraction of its
+// time (docs/architecture.md, "Measured costs").
+//
+// A provenance record keeps the digest of the same reads instead (provenance_digest.cpp). Whatever is off the
+// common path is handed to the Python functions the walk was given, so the result is always what Python computes:
 // - a module's plain attributes are scanned as _loose_tensors does (a type outside the known non-tensor types: the
 //   Python _loose_tensors decides, and learns the type);
 // - a tensor whose type is not exactly torch.Tensor or torch.nn.Parameter, that is not on the CPU, has no storage

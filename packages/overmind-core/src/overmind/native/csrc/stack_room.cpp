@@ -1,4 +1,5 @@
-// How many bytes of C stack the calling thread has left below the current frame (overmind/entries/deep_recursion.py).
+// How many bytes of C stack the calling thread has left below the current frame (`pthread_getattr_np`), so that
+// overmind/entries/deep_recursion.py pickles in the caller's thread where the recursion limit fits.
 #include <pthread.h>
 #include <sys/resource.h>
 #include <unistd.h>

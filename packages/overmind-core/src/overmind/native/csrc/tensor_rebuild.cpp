@@ -1,9 +1,12 @@
-// The common case of overmind.native.tensors.rebuild_from_untyped, without Python frames or torch's argument parser.
+// The common case of overmind.native.tensors.rebuild_from_untyped (an exact CPU `UntypedStorage`, no state or
+// gradient, no torch-function mode), without Python frames or torch's argument parser; any other call is handed to
+// the Python function unchanged.
 //
-// A warm pipeline load rebuilds ~2,700 tensors; the Python function spends ~10 us on each, most of it parsing the
-// arguments of torch.empty and Tensor.set_. This does the same two operations through the dispatcher (so
-// inference mode, dispatch modes and deterministic fills behave as they do for the Python calls), sets the
-// recorded version counter as torch._C._autograd._unsafe_set_version_counter does, and wraps the result, ~1-2 us. Anything off the common path is handed, unchanged, to the Python function the rebuilder
+// A warm pipeline load rebuilds ~2,700 tensors, and the Python function spends most of each rebuild parsing the
+// arguments of torch.empty and Tensor.set_ (docs/architecture.md, "Measured costs"). This does the same two
+// operations through the dispatcher (so inference mode, dispatch modes and deterministic fills behave as they do
+// for the Python calls), sets the recorded version counter as torch._C._autograd._unsafe_set_version_counter does,
+// and wraps the result. Anything off the common path is handed, unchanged, to the Python function the rebuilder
 // was made with: a storage that is not an exact CPU torch.UntypedStorage, tensor state or a gradient, a plain
 // tensor that requires grad, or an active torch-function mode (torch.device(...) as a context manager,
 // set_default_device), which the Python calls would consult and these do not.

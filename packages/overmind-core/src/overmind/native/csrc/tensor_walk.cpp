@@ -1,9 +1,11 @@
 // The walk behind overmind.entries.estimate.storages, without a Python frame per object: the tensors a result holds,
-// each once, found by the reads its Python twin (estimate._python_tensors) makes, in about half its time (a UNet's
-// 686 tensors: 1.5 ms against 3.3). Every test is the Python expression's C form: isinstance is
-// PyObject_IsInstance (a proxy's __class__ answers), getattr(obj, "__dict__", None) clears only an AttributeError, a
-// dict or collection of a type other than the builtin one is read through its own values() or iter(), and the
-// truth value of a builtin container is its length. A walk meeting more than max_objects objects gives up (None).
+// each once, found by the reads its Python twin (estimate._python_tensors) makes, in less time (docs/architecture.md,
+// "Measured costs").
+//
+// Every test is the Python expression's C form: isinstance is PyObject_IsInstance (a proxy's __class__ answers),
+// getattr(obj, "__dict__", None) clears only an AttributeError, a dict or collection of a type other than the
+// builtin one is read through its own values() or iter(), and the truth value of a builtin container is its
+// length. A walk meeting more than max_objects objects gives up (None).
 #include <Python.h>
 
 #include <pybind11/pybind11.h>
