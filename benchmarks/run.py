@@ -422,9 +422,9 @@ def main(argv=None) -> int:
         with open(out + ".md", "w") as f:
             f.write(md)
         print(md, flush=True)
-        print(f"run.py: wrote {os.path.relpath(out, os.path.dirname(HERE))}.json"
-              + ("" if folder == RESULTS else " (a quicker run than the result shown, which stays)"),
-              file=sys.stderr, flush=True)
+        kept = "" if folder == RESULTS else " (a quicker run than the result shown, which stays)"
+        print(f"run.py: wrote {os.path.relpath(out, os.path.dirname(HERE))}.json{kept}", file=sys.stderr,
+              flush=True)
     return 0
 
 
