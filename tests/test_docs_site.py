@@ -28,9 +28,9 @@ def test_the_docs_site_builds_strict_with_every_setting_and_command(tmp_path):
 
 
 def test_the_checked_in_generated_blocks_are_current():
-    """docs/settings.md, docs/cli.md, docs/compatibility.md, docs/architecture.md (the modules) and README.md hold
-    the generated tables too (readable without the site): they must be what docs/hooks/generated.py makes now.
-    Refresh with: python docs/hooks/generated.py"""
+    """docs/settings.md, docs/cli.md, docs/compatibility.md, docs/architecture.md (the wire ops, the modules) and
+    README.md hold the generated tables too (readable without the site): they must be what docs/hooks/generated.py
+    makes now. Refresh with: python docs/hooks/generated.py"""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("docs_generated", ROOT / "docs" / "hooks" / "generated.py")

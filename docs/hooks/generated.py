@@ -3,9 +3,10 @@
 Between ``<!-- generated:settings -->`` and ``<!-- /generated -->``: the table of every setting
 ``overmind.settings`` declares; ``generated:cli``: the ``--help`` of ``overmind`` and of each of its commands;
 ``generated:packages`` and ``generated:tested-ranges``: the packages of ``packages/`` and each adapter's tested
-library ranges, read from their ``pyproject.toml`` (a new adapter appears by its folder alone); ``generated:modules``:
-the module table of docs/architecture.md, each module's docstring's first paragraph. The checked-in pages and
-README.md hold the blocks too (readable on GitHub); ``python docs/hooks/generated.py`` refreshes them, and
+library ranges, read from their ``pyproject.toml`` (a new adapter appears by its folder alone); ``generated:wire-ops``:
+the protocol version and the ops of ``overmind/ipc/ops.py``, one table per daemon; ``generated:modules``: the
+module table of docs/architecture.md, each module's docstring's first paragraph. The checked-in pages
+and README.md hold the blocks too (readable on GitHub); ``python docs/hooks/generated.py`` refreshes them, and
 tests/test_docs_site.py fails when they are stale.
 """
 from __future__ import annotations
@@ -156,8 +157,34 @@ def _tested_ranges() -> str:
     return "\n".join(rows)
 
 
-GENERATORS = {"settings": _settings_table, "cli": _cli, "packages": _packages, "tested-ranges": _tested_ranges,
-              "modules": _modules}
+def _wire_ops() -> str:
+    """The protocol version this code speaks, then every op of ``overmind/ipc/ops.py``: one table
+    for the server's, one for the template's."""
+    from overmind.ipc import ops
+    from overmind.ipc.protocol import PROTOCOL_VERSION
+
+    def fields(declared, fds: str | None) -> str:
+        cells = [f"`{f.name}`{'?' if f.optional else ''}{f' ({f.about})' if f.about else ''}"
+                 for f in declared]
+        return "; ".join(cells + ([f"fds: {fds}"] if fds else [])) or "-"
+
+    parts = [f"This code speaks protocol version {PROTOCOL_VERSION} (`PROTOCOL_VERSION` in "
+             f"`ipc/protocol.py`). A field marked `?` may be left out (a reply's is in some replies "
+             f"only); `since`: the protocol version that introduced the op."]
+    daemons = {ops.SERVER: "The server's ops (`server/connection.py`)",
+               ops.TEMPLATE: "A template's ops (`runner/template.py`)"}
+    for daemon, title in daemons.items():
+        rows = ["| op | since | request | reply | what it does |", "|---|---|---|---|---|"]
+        for op in ops.served_by(daemon):
+            cells = [f"`{op.name}`", str(op.since), fields(op.request, op.fds_in),
+                     fields(op.reply, op.fds_out), op.about]
+            rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        parts.append(f"{title}:\n\n" + "\n".join(rows))
+    return "\n\n".join(parts)
+
+
+GENERATORS = {"settings": _settings_table, "cli": _cli, "packages": _packages,
+              "tested-ranges": _tested_ranges, "wire-ops": _wire_ops, "modules": _modules}
 _BLOCK = re.compile(r"(<!-- generated:([\w-]+) -->\n).*?(<!-- /generated -->)", re.S)
 
 

@@ -80,8 +80,8 @@ class Op:
         return f"{self.name}({', '.join(map(repr, self.request))})"
 
 
-_HIT_FDS = ("the entry's memfd, then one of every entry it depends on (an id `file-...`: the "
-            "checkpoint file itself, read-only)")
+_HIT_FDS = ("the entry's memfd, then one of every entry it depends on; an id `file-...` is the "
+            "checkpoint file itself, read-only")
 _ENTRY = "`{entry_id, key, nbytes, meta, deps}`"
 _HIT = (need("status", "`hit`"), need("key"), need("entry", _ENTRY + " of the entry serving `key`"),
         need("fd_entries", "the entry ids of the fds sent, in order"))
@@ -104,10 +104,10 @@ OPS: dict[str, Op] = {op.name: op for op in (
                 may("claim", "bool, default true: a miss is claimed for this connection"),
                 may("wait", "bool, default true: wait on another's claim"),
                 may("timeout", "seconds or null: how long to wait"),
-                may("quiet", "bool: a hit is not counted as a use (a template building ahead)")),
-       reply=(need("status", "`hit`; `claimed` (you load it); `miss` (claim=false); `busy` "
-                   "(another loads it, and wait=false or the wait timed out); `refused` (larger "
-                   "than the whole budget: load it plainly, no claim)"),
+                may("quiet", "bool: a hit is not counted as a use, as when a template builds ahead")),
+       reply=(need("status", "`hit`, or `claimed`: you load it, `miss`: claim=false, `busy`: "
+                   "another loads it and wait=false or the wait timed out, `refused`: larger than "
+                   "the whole budget, load it plainly"),
               need("key"),
               may("entry", "hit: " + _ENTRY),
               may("fd_entries", "hit: the entry ids of the fds sent, in order"),
@@ -119,7 +119,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
        "before a publisher pickles and writes: can an entry of `nbytes` be admitted",
        request=(need("key"), need("nbytes", "the entry's estimated size, before it is pickled")),
        reply=(need("admitted", "bool"),
-              may("why", "`budget`: larger than the whole budget (remembered for `key`); "
+              may("why", "`budget`: larger than the whole budget, remembered for `key`, or "
                   "`in use`: the room cannot be freed now"),
               may("need"), may("budget"), may("can_free"), may("message"))),
     Op("publish", SERVER, 1,
@@ -145,7 +145,7 @@ OPS: dict[str, Op] = {op.name: op for op in (
     Op("blobs", SERVER, 2,
        "entries that may hold these bytes (at most 4 holders a key); the client byte-compares "
        "before it references them",
-       request=(need("keys", "blob keys `<nbytes>:<hex>` (`overmind.entries.dedup`)"),),
+       request=(need("keys", "blob keys `<nbytes>:<hex>` of `overmind.entries.dedup`"),),
        reply=(need("found", "[[position in `keys`, entry_id, offset]]"),
               need("fd_entries", "the entry ids of the fds sent")),
        fds_out="one of each entry named in `found`"),
@@ -173,12 +173,12 @@ OPS: dict[str, Op] = {op.name: op for op in (
        "fork a child that becomes the caller's process and runs its program; an error with "
        "`stale`: a module the template imported changed on disk (start another template)",
        request=(need("program", "`kind` and `path`, `module` or `code`"),
-                need("path0", "the program's sys.path[0], or null"), need("orig_argv"),
+                need("path0", "the program's sys.path[0] or null"), need("orig_argv"),
                 need("env"), need("fds", "what each fd sent is: `stdin`, `fd:<n>`, `cwd`, ..."),
                 need("umask"), need("rlimits"), may("affinity"), need("nice"),
                 need("signals", "dispositions and mask")),
-       reply=(may("started", "the program's pid (the first reply)"),
-              may("exit", "its wait status (the second reply, once it ended)"),
+       reply=(may("started", "the program's pid, in the first reply"),
+              may("exit", "its wait status, in a second reply once it ended"),
               may("stale", "bool, in an error reply")),
        fds_in="the caller's descriptors, as `fds` names them",
        fds_out="started: the program's pidfd"),

@@ -35,7 +35,7 @@ _UNTOUCHABLE = {signal.SIGKILL, signal.SIGSTOP}
 
 def run_job(job) -> None:
     """Everything the child does; never returns."""
-    from ..ipc import protocol
+    from ..ipc import ops, protocol
 
     conn = job.conn
     try:
@@ -47,12 +47,12 @@ def run_job(job) -> None:
         conn = _above(conn, _targets(job.request["fds"]))
         program = become(job.request, job.fds, take_own_state=not job.from_spare)
         pidfd = os.pidfd_open(os.getpid())
-        protocol.send_message(conn, {"started": os.getpid()}, [pidfd])
+        protocol.send_message(conn, ops.ok(started=os.getpid()), [pidfd])  # the run's first reply
         os.close(pidfd)
         conn.close()
     except BaseException as exc:
         try:
-            protocol.send_message(conn, {"failed": f"{type(exc).__name__}: {exc}"})
+            protocol.send_message(conn, ops.error(f"{type(exc).__name__}: {exc}"))
         except BaseException:
             pass
         os._exit(70)

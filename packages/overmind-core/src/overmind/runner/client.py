@@ -183,11 +183,11 @@ def _start(program: dict, inherited: dict, runtime_dir: str | None):
     except (OSError, ValueError, protocol.ConnectionClosed) as exc:
         conn.close()
         raise Fallback(f"the template {info.get('pid')} did not start the program ({exc})") from None
-    if "started" not in message or not got:
+    if message.get("ok") is not True or "started" not in message or not got:
         for fd in got:
             os.close(fd)
         conn.close()
-        why = message.get("refused") or message.get("failed") or f"unexpected answer {message}"
+        why = message.get("error") or f"unexpected answer {message}"
         if message.get("stale"):
             raise Stale(f"the template could not run the program: {why}")
         raise Fallback(f"the template could not run the program: {why}")
@@ -196,6 +196,8 @@ def _start(program: dict, inherited: dict, runtime_dir: str | None):
 
 def request(program: dict, first: str | None, inherited: dict, names: list[str]) -> dict:
     """The ``run`` request: everything of this process the child takes on."""
+    from ..ipc import ops
+
     umask = os.umask(0)
     os.umask(umask)
     rlimits = {}
@@ -206,12 +208,11 @@ def request(program: dict, first: str | None, inherited: dict, names: list[str])
             except (OSError, ValueError):
                 pass
     interpreter = [sys.orig_argv[0] if sys.orig_argv else sys.executable, *_options()]
-    return {
-        "op": "run", "program": {k: v for k, v in program.items() if k != "args"}, "path0": first,
-        "orig_argv": interpreter + program["args"], "env": dict(os.environ), "fds": names, "umask": umask,
-        "rlimits": rlimits, "affinity": sorted(os.sched_getaffinity(0)),
-        "nice": os.getpriority(os.PRIO_PROCESS, 0), "signals": inherited,
-    }
+    return ops.request(
+        "run", program={k: v for k, v in program.items() if k != "args"}, path0=first,
+        orig_argv=interpreter + program["args"], env=dict(os.environ), fds=names, umask=umask,
+        rlimits=rlimits, affinity=sorted(os.sched_getaffinity(0)),
+        nice=os.getpriority(os.PRIO_PROCESS, 0), signals=inherited)
 
 
 def shadowing(first: str | None, top_level) -> str | None:

@@ -38,6 +38,8 @@ import time
 from typing import TYPE_CHECKING
 
 from .._util import process_state
+from ..ipc import ops
+from ..ipc.protocol import close_fds
 from .fork_safety import fork_problem
 
 if TYPE_CHECKING:
@@ -222,6 +224,8 @@ class Template:
             self.sel.register(conn, selectors.EVENT_READ, ("request", None))
 
     def _request(self, conn: socket.socket) -> Job | None:
+        """Read one request from ``conn`` and serve it (``ipc/ops.py``: the ops a template serves);
+        in a forked child, that child's :class:`Job`."""
         from ..ipc import protocol
 
         self.sel.unregister(conn)
@@ -232,33 +236,44 @@ class Template:
         except (OSError, ValueError, protocol.ConnectionClosed):
             conn.close()
             return None
-        op = request.get("op")
-        if op == "info":
-            self._reply_and_close(conn, {"info": self.info}, fds)
+        try:
+            op = ops.check(request, ops.TEMPLATE)
+        except ops.RequestError as exc:
+            self._reply_and_close(conn, ops.error(str(exc)), fds)
             return None
-        if op != "run" or self.stopping:
-            self._reply_and_close(conn, {"refused": "the template is stopping" if self.stopping
-                                         else f"unknown request {op!r}"}, fds)
+        if op.fds_in is None:
+            close_fds(fds)
+            fds = []
+        return _HANDLERS[op.name](self, conn, request, fds)
+
+    # ---- ops (ipc/ops.py): each takes the connection, the request and its fds; a run's child
+    # returns its Job
+    def _op_info(self, conn: socket.socket, request: dict, fds: list[int]) -> None:
+        self._reply_and_close(conn, ops.ok(info=self.info), fds)
+
+    def _op_run(self, conn: socket.socket, request: dict, fds: list[int]) -> Job | None:
+        if self.stopping:
+            self._reply_and_close(conn, ops.error("the template is stopping"), fds)
             return None
         stale = self._check_sources()
         if stale:
-            self._reply_and_close(conn, {"refused": stale, "stale": True}, fds)
+            self._reply_and_close(conn, ops.error(stale, stale=True), fds)
             return None
         if self.spare is not None and self._hand_to_spare(conn, request, fds):
             return None
         problem = fork_problem()
         if problem:
-            self._reply_and_close(conn, {"refused": f"template pid {os.getpid()} {problem}"}, fds)
+            self._reply_and_close(conn, ops.error(f"template pid {os.getpid()} {problem}"), fds)
             return None
         try:
             pid = os.fork()
         except OSError as exc:
-            self._reply_and_close(conn, {"refused": f"template pid {os.getpid()} cannot fork: {exc.strerror}"}, fds)
+            why = f"template pid {os.getpid()} cannot fork: {exc.strerror}"
+            self._reply_and_close(conn, ops.error(why), fds)
             return None
         if pid == 0:
             return Job(conn, request, fds, self)
-        for fd in fds:
-            os.close(fd)
+        close_fds(fds)
         try:
             pidfd = os.pidfd_open(pid)
         except OSError:
@@ -394,8 +409,7 @@ class Template:
     def _reply_and_close(self, conn: socket.socket, message: dict, fds: list[int]) -> None:
         from ..ipc import protocol
 
-        for fd in fds:
-            os.close(fd)
+        close_fds(fds)
         try:
             protocol.send_message(conn, message)
         except OSError:
@@ -419,7 +433,7 @@ class Template:
         try:
             conn.setblocking(True)
             conn.settimeout(5.0)
-            protocol.send_message(conn, {"exit": status})
+            protocol.send_message(conn, ops.ok(exit=status))  # the run's second reply
         except OSError:
             pass
         conn.close()
@@ -504,6 +518,9 @@ class Template:
             self.listener.close()  # not unlink: the template still serves there
         for _pid, conn in self.children.values():
             conn.close()
+
+
+_HANDLERS = ops.handlers(Template, ops.TEMPLATE)
 
 
 def top_level_modules() -> list[str]:
