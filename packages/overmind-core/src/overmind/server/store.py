@@ -1,4 +1,5 @@
-"""The server's state: published entries, per-connection claims (singleflight), budget and LRU eviction.
+"""The server's state: published entries, per-connection claims (singleflight), the budget; which entries an
+eviction takes is :mod:`.eviction`'s plan, carried out here.
 
 The server runs in one thread, so nothing here locks and nothing blocks: a ``get`` that finds another
 owner's claim answers ``busy`` at once, and the server parks the request itself; ``take_changed`` names the
@@ -29,7 +30,7 @@ import time
 
 from ..errors import OvermindError
 from ..ipc.protocol import FILE_IDENTITY_FIELDS, file_entry_id, file_identity, is_file_entry
-from . import admission, blobs, marks, sealing
+from . import admission, blobs, eviction, marks, sealing
 from .log import log
 
 TYPE_CHECKING = False
@@ -129,8 +130,9 @@ def process_owner(pid: int) -> int:
 class Store:
     """Entries by key and id, claims by key, and the byte budget."""
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, order: eviction.Order = eviction.LEAST_RECENTLY_USED) -> None:
         self.max_bytes = max_bytes
+        self.order = order  # which entries go first when a publish needs room (server/eviction.py)
         self._by_key: dict[str, Entry] = {}
         self._by_id: dict[str, Entry] = {}
         self._claims: dict[str, int] = {}
@@ -372,16 +374,15 @@ class Store:
         self._changed.add(key)
 
     def admit(self, key: str, need: int) -> dict[str, Any]:
-        """Whether an entry of ``need`` bytes for ``key`` can be published now (evicting least recently used
-        entries if it must), asked before the publisher pickles and writes it. One larger than the whole budget
-        is remembered as refused for ``key`` (see :mod:`.admission`)."""
+        """Whether an entry of ``need`` bytes for ``key`` can be published now (evicting entries if it must),
+        asked before the publisher pickles and writes it. One larger than the whole budget is remembered as refused
+        for ``key`` (see :mod:`.admission`)."""
         refusal = self._refusal(key, need, set())
         return {"admitted": True} if refusal is None else refusal
 
     def _refusal(self, key: str, need: int, protected: set[str]) -> dict[str, Any] | None:
         """None when ``need`` bytes fit now, with or without evicting; else the refusal (:meth:`_refused`)."""
-        if need <= self.max_bytes and (self._used + need <= self.max_bytes
-                                       or self._plan_eviction(need, protected) is not None):
+        if self._plan_eviction(need, protected) is not None:
             return None
         return self._refused(key, need, protected)
 
@@ -396,43 +397,30 @@ class Store:
 
     def _pinned_bytes(self, protected: set[str]) -> int:
         """Bytes of entries no eviction may take now (referenced by another entry, or protected)."""
-        return sum(e.nbytes for e in self._by_id.values()
-                   if not e.is_file and (e.referenced_by or e.entry_id in protected))
+        return eviction.held_bytes(self._items(protected))
 
     def _make_room(self, need: int, protected: set[str], key: str = "") -> None:
-        """Evict least-recently-used unreferenced entries until ``need`` more bytes fit, or refuse."""
-        if self._used + need <= self.max_bytes:
-            return
+        """Evict entries in the store's order until ``need`` more bytes fit, or refuse."""
         plan = self._plan_eviction(need, protected)
         if plan is None:
             raise StoreError("budget", f"publish refused: {self._refused(key, need, protected)['message']}.")
         for victim in plan:
-            log.info("evicting %s (%d bytes, least recently used) to fit %d bytes", victim.entry_id,
-                     victim.nbytes, need)
-            self._remove(victim)
+            log.info("evicting %s (%d bytes, %s) to fit %d bytes", victim.entry_id, victim.nbytes,
+                     self.order.name, need)
+            self._remove(victim, keep=protected)
             self.counters["evictions"] += 1
 
     def _plan_eviction(self, need: int, protected: set[str]) -> list[Entry] | None:
-        refs = {eid: set(e.referenced_by) for eid, e in self._by_id.items()}
-        gone: set[str] = set()
-        freed = 0
-        plan: list[Entry] = []
-        while self._used - freed + need > self.max_bytes:
-            candidates = [e for eid, e in self._by_id.items()
-                          if eid not in gone and eid not in protected and not refs[eid] and not e.is_file]
-            if not candidates:
-                return None
-            victim = min(candidates, key=lambda e: e.lru)
-            plan.append(victim)
-            gone.add(victim.entry_id)
-            freed += victim.nbytes
-            for d in victim.deps:
-                refs[d].discard(victim.entry_id)
-                dep = self._by_id[d]
-                if dep.keyless and not refs[d] and d not in gone:  # removed along with its last referent
-                    gone.add(d)
-                    freed += dep.nbytes
-        return plan
+        """The entries to evict for ``need`` more bytes (:func:`.eviction.plan`); None when none can make room."""
+        if self._used + need <= self.max_bytes:
+            return []
+        plan = eviction.plan(self._items(protected), need, self.max_bytes, self.order)
+        return None if plan is None else [self._by_id[eid] for eid in plan]
+
+    def _items(self, protected: set[str]) -> list[eviction.Item]:
+        """Every entry as the eviction planner sees it; ``protected`` ones pinned."""
+        return [eviction.Item(e.entry_id, e.nbytes, e.lru, e.created, e.hits, tuple(e.deps),
+                              e.entry_id in protected, e.keyless) for e in self._by_id.values()]
 
     # ---- bad entries ---------------------------------------------------------------------------------
     def mark_bad(self, key: str, entry_id: str) -> bool:
@@ -577,7 +565,9 @@ class Store:
             raise
         return fds
 
-    def _remove(self, entry: Entry) -> None:
+    def _remove(self, entry: Entry, keep: set[str] | frozenset[str] = frozenset()) -> None:
+        """Remove ``entry`` and close its fd, then each keyless entry it was the last to reference (those in
+        ``keep`` stay: the dependencies of an entry being published)."""
         if self._by_id.get(entry.entry_id) is not entry:
             return  # already gone (a bad dependency removed along with its last referent)
         if self._by_key.get(entry.key) is entry:
@@ -590,10 +580,10 @@ class Store:
             dep = self._by_id.get(d)
             if dep is not None:
                 dep.referenced_by.discard(entry.entry_id)
-                if dep.keyless and not dep.referenced_by:
+                if dep.keyless and not dep.referenced_by and d not in keep:
                     log.info("evicting %s entry %s: its last referent %s is gone",
                              "file" if dep.is_file else "bad", d, entry.entry_id)
-                    self._remove(dep)
+                    self._remove(dep, keep)
 
 
 def _close_quietly(fd: int) -> None:
