@@ -127,7 +127,7 @@ def test_the_server_replies_with_the_fields_the_table_declares(overmind_runtime,
     check("bad", *c.call("bad", key="k1", entry_id=entry_id))
     check("evict", *c.call("evict", all=True))
     check("stop", c.stop())
-    assert set(seen) == {op.name for op in ops.served_by(ops.SERVER)}
+    assert set(seen) == {op.name for op in ops.served_by(ops.SERVER)}, "ask each server op here once"
 
 
 # ---- the template ---------------------------------------------------------------------------------------
