@@ -85,3 +85,41 @@ def test_a_class_is_a_loader_its_construction_keyed_by_the_arguments_of_its_init
     first, second = overmind.load(Embedder, 3, scale=2.0), overmind.load(Embedder, 3, scale=2.0)
     assert type(second) is Embedder and second is not first and torch.equal(second.weight, first.weight)
     assert sum(e["hits"] for e in get_client().ls()) == 1
+
+
+def test_the_digest_is_of_the_declared_parts_in_their_order():
+    """What ``make_key`` hashes is exactly ``KEY_VERSION`` then each of ``PARTS``' values, in declaration order."""
+    import hashlib
+
+    ld = key.describe_loader(loader)
+    ck = key.make_key(ld, key.bind_arguments(ld, ("x",), {}), [("files", 1)])
+    assert [part.name for part in key.PARTS] == ["loader", "arguments", "adapter parts", "torch state"]
+    assert len(ck.described) == len(key.PARTS) and ck.ambient == ck.described[-1]
+    material = repr((key.KEY_VERSION, *ck.described)).encode("utf-8", "surrogatepass")
+    assert ck.key == hashlib.sha256(material).hexdigest()[:40]
+
+
+@pytest.mark.parametrize("part", key.PARTS, ids=lambda part: part.name)
+def test_a_change_in_each_part_is_said_in_its_words(part):
+    """``what_changed`` names every part whose value differs, in ``PARTS``' order, with the part's own words."""
+    ld = key.describe_loader(loader)
+    ck = key.make_key(ld, key.bind_arguments(ld, ("x",), {}))
+    at = key.PARTS.index(part)
+    changed = (("path", "y"),) if part.name == "arguments" else ("another", "value")
+    after = key.CacheKey("other", ck.summary, ck.ambient, ck.described[:at] + (changed,) + ck.described[at + 1:])
+    assert key.what_changed(ck, after) == part.change(ck.described[at], changed)
+    assert key.what_changed(ck, ck) == "its key"
+
+
+def test_what_changed_names_the_arguments_and_the_state_that_moved():
+    ld = key.describe_loader(loader)
+    before = key.make_key(ld, key.bind_arguments(ld, ("x",), {"revision": "a"}))
+    after = key.make_key(ld, key.bind_arguments(ld, ("y",), {"revision": "b"}), ["file"])
+    assert key.what_changed(before, after) == \
+        "its arguments 'path', 'revision' and the files it reads (or another part an adapter keys)"
+    torch.set_default_dtype(torch.float64)
+    try:
+        moved = key.make_key(ld, key.bind_arguments(ld, ("x",), {"revision": "a"}))
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert key.what_changed(before, moved) == "torch's process state (default dtype or device, a mode)"

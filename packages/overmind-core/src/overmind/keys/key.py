@@ -9,6 +9,8 @@ adapters' key parts; the key digest.
   change the key. All arguments are described in one walk, so an object passed twice is seen as one.
 - Values are described completely (:func:`overmind.keys.canon.canon`) or the call is :class:`Unkeyable` and runs
   without the cache. ``docs/architecture.md`` states the contract.
+- A key is the digest of its parts, each declared once in :data:`PARTS` (the loader, the arguments, the adapters'
+  parts, torch's process state): how it is described, and how a change in it is said.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import re
 import types
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from . import local_classes, torch_state
 from .canon import Unkeyable, Walk, canon
@@ -28,7 +30,8 @@ from .canon import Unkeyable, Walk, canon
 # Part of every key: raised whenever what a key describes, or what an entry's skeleton names (the module paths of
 # the functions that rebuild it), changes, so that entries an older Overmind published are never looked up.
 KEY_VERSION = 8
-__all__ = ["Unkeyable", "Loader", "CacheKey", "describe_loader", "bind_arguments", "make_key", "canon", "summarize"]
+__all__ = ["Unkeyable", "Loader", "CacheKey", "KeyPart", "PARTS", "describe_loader", "bind_arguments", "make_key",
+           "canon", "summarize"]
 
 
 @dataclass(frozen=True)
@@ -121,55 +124,90 @@ def bind_arguments(loader: Loader, args: tuple, kwargs: dict) -> dict[str, Any]:
     return out
 
 
-# --- the key -------------------------------------------------------------------------------------
+# --- the key ---------------------------------------------------------------------------------------
+
+
+class Call(NamedTuple):
+    """What a key describes: the loader, its bound arguments (:func:`bind_arguments`) and the adapters' parts."""
+
+    loader: Loader
+    arguments: dict[str, Any]
+    extra_parts: list[Any] | tuple[()]
+
+
+@dataclass(frozen=True)
+class KeyPart:
+    """One part of every key, declared once in :data:`PARTS`. ``describe`` is its value for a call: key material,
+    taken in the call's one walk (an object met in two parts is one object). ``said`` is what a loader changed,
+    in words, when two keys of one call differ in this part: a phrase, or a function of the two values."""
+
+    name: str
+    describe: Callable[[Call, Walk], Any]
+    said: str | Callable[[Any, Any], str]
+
+    def change(self, before: Any, after: Any) -> str:
+        return self.said if isinstance(self.said, str) else self.said(before, after)
+
+
+def _arguments(call: Call, walk: Walk) -> tuple:
+    """((argument name, canonical form), ...) by name."""
+    return tuple((name, walk.value(call.arguments[name])) for name in sorted(call.arguments))
+
+
+def _arguments_changed(before: tuple, after: tuple) -> str:
+    old, new = dict(before), dict(after)
+    names = [name for name in sorted(old.keys() | new.keys()) if old.get(name) != new.get(name)]
+    return f"its argument{'s' if len(names) > 1 else ''} {', '.join(repr(n) for n in names)}"
+
+
+TORCH_STATE = KeyPart("torch state", lambda call, walk: torch_state.key_part(),
+                      "torch's process state (default dtype or device, a mode)")
+
+# The parts of every key, in the order they are described and hashed. A new part is one more row (and its test);
+# it changes every digest by itself, so no entry of the keys before it is looked up.
+PARTS: tuple[KeyPart, ...] = (
+    KeyPart("loader", lambda call, walk: loader_identity(call.loader, walk),
+            "its own identity (a global value its code reads)"),
+    KeyPart("arguments", _arguments, _arguments_changed),
+    KeyPart("adapter parts", lambda call, walk: walk.value(list(call.extra_parts)),
+            "the files it reads (or another part an adapter keys)"),
+    TORCH_STATE,
+)
+_TORCH_STATE_AT = PARTS.index(TORCH_STATE)
 
 
 @dataclass(frozen=True)
 class CacheKey:
     key: str
     summary: str
-    ambient: tuple = torch_state.DEFAULTS  # the process state the key holds (torch_state.key_part)
-    # what the digest was made of (for what_changed): the loader's identity, ((argument name, canonical form), ...)
-    # and the adapters' parts
-    described: tuple = field(default=(None, (), None), compare=False, repr=False)
+    ambient: tuple = torch_state.DEFAULTS  # the process state the key holds (its TORCH_STATE part)
+    # what the digest was made of, each of PARTS' values in their order (for what_changed)
+    described: tuple = field(default=(), compare=False, repr=False)
 
 
 def make_key(loader: Loader, arguments: dict[str, Any], extra_parts: list[Any] | tuple[()] = (),
              value_hook: Callable[[Any], Any] | None = None) -> CacheKey:
     """The cache key of calling ``loader`` with bound ``arguments`` (see :func:`bind_arguments`)."""
     walk = Walk(value_hook)
+    call = Call(loader, arguments, extra_parts)
     try:
-        identity = loader_identity(loader, walk)
-        canon_args = tuple((name, walk.value(arguments[name])) for name in sorted(arguments))
-        extra = walk.value(list(extra_parts))
+        described = tuple(part.describe(call, walk) for part in PARTS)
     except RecursionError:
         raise Unkeyable("the arguments are nested too deeply to describe") from None
     if walk.code_classes:  # a result holding one of these gets it back by identity (keys/local_classes.py)
         local_classes.remember(walk.code_classes)
-    state = torch_state.key_part()
-    material = repr((KEY_VERSION, identity, canon_args, extra, state))
+    material = repr((KEY_VERSION, *described))
     digest = hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()[:40]
-    return CacheKey(digest, summarize(loader, arguments), state, (identity, canon_args, extra))
+    return CacheKey(digest, summarize(loader, arguments), described[_TORCH_STATE_AT], described)
 
 
 def what_changed(before: CacheKey, after: CacheKey) -> str:
-    """What differs between two keys of one call, in words: ``"its argument 'model'"``, ``"the files it
-    reads"``, ``"torch's process state"``, its own identity (a global its code reads), for a loader that changed
-    what its key describes while it ran."""
-    (loader_before, args_before, extra_before), (loader_after, args_after, extra_after) = before.described, \
-        after.described
-    old, new = dict(args_before), dict(args_after)
-    names = [name for name in sorted(old.keys() | new.keys()) if old.get(name) != new.get(name)]
-    parts = []
-    if loader_before != loader_after:
-        parts.append("its own identity (a global value its code reads)")
-    if names:
-        parts.append(f"its argument{'s' if len(names) > 1 else ''} {', '.join(repr(n) for n in names)}")
-    if extra_before != extra_after:
-        parts.append("the files it reads (or another part an adapter keys)")
-    if before.ambient != after.ambient:
-        parts.append("torch's process state (default dtype or device, a mode)")
-    return " and ".join(parts) or "its key"
+    """What differs between two keys of one call, in words (each part's ``said``, in :data:`PARTS`' order):
+    ``"its argument 'model'"``, ``"the files it reads"``, ``"torch's process state"``, its own identity (a
+    global its code reads), for a loader that changed what its key describes while it ran."""
+    said = [part.change(old, new) for part, old, new in zip(PARTS, before.described, after.described)
+            if old != new]
+    return " and ".join(said) or "its key"
 
 
 _SECRET = re.compile(r"token|password|passwd|secret|api_?key|credential", re.IGNORECASE)
