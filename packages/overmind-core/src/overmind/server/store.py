@@ -1,5 +1,6 @@
-"""The server's state: published entries, per-connection claims (singleflight), the budget; which entries an
-eviction takes is :mod:`.eviction`'s plan, carried out here.
+"""The server's state: published entries by key and id, the budget, and the answers to get, publish and evict.
+Who loads which key now is :mod:`.claims`; which entries an eviction takes is :mod:`.eviction`'s plan, carried out
+here.
 
 The server runs in one thread, so nothing here locks and nothing blocks: a ``get`` that finds another
 owner's claim answers ``busy`` at once, and the server parks the request itself; ``take_changed`` names the
@@ -30,7 +31,9 @@ import time
 
 from ..errors import OvermindError
 from ..ipc.protocol import FILE_IDENTITY_FIELDS, file_entry_id, file_identity, is_file_entry
-from . import admission, blobs, eviction, marks, sealing
+from . import admission, blobs, claims, eviction, marks, sealing
+from .claims import process_owner
+from .entry import Entry
 from .log import log
 
 TYPE_CHECKING = False
@@ -47,68 +50,6 @@ class StoreError(OvermindError):
         self.reason = reason
 
 
-class Entry:
-    """One published memfd and what the server knows about it.
-
-    ``bad``: out of service, kept only while other entries reference it. A file entry's ``path`` is the checkpoint
-    file's path as the publisher saw it, and its ``identity`` the ``protocol.file_identity`` when published (None
-    for a memfd entry)."""
-
-    __slots__ = ("entry_id", "key", "fd", "nbytes", "meta", "deps", "created", "last_used", "lru", "hits",
-                 "referenced_by", "bad", "path", "identity")
-
-    def __init__(self, entry_id: str, key: str, fd: int, nbytes: int, meta: dict[str, Any], deps: list[str],
-                 created: float, last_used: float, lru: int, path: str = "",
-                 identity: dict[str, int] | None = None) -> None:
-        self.entry_id, self.key, self.fd, self.nbytes, self.meta, self.deps = entry_id, key, fd, nbytes, meta, deps
-        self.created, self.last_used, self.lru = created, last_used, lru
-        self.hits = 0
-        self.referenced_by: set[str] = set()
-        self.bad = False
-        self.path = path
-        self.identity = identity
-
-    def __repr__(self) -> str:
-        return f"Entry({self.entry_id!r}, key={self.key!r}, nbytes={self.nbytes}, file={self.is_file})"
-
-    @property
-    def is_file(self) -> bool:
-        return self.identity is not None
-
-    @property
-    def keyless(self) -> bool:
-        """Kept only while another entry references it (out of service, or a file entry)."""
-        return self.bad or self.is_file
-
-    def changed(self) -> bool:
-        """Whether a file entry's file is no longer what it was when published (or was deleted)."""
-        if self.identity is None:
-            return False
-        try:
-            st = os.fstat(self.fd)
-        except OSError:
-            return True
-        return st.st_nlink == 0 or file_identity(st) != self.identity
-
-    def public(self) -> dict[str, Any]:
-        """The fields a ``hit`` reply carries."""
-        return {"entry_id": self.entry_id, "key": self.key, "nbytes": self.nbytes, "meta": self.meta,
-                "deps": list(self.deps)}
-
-    def listing(self) -> dict[str, Any]:
-        """The fields an ``ls`` reply carries."""
-        # ino: the memfd's inode, which /proc/<pid>/maps shows, so 'overmind ls' can tell who maps the entry.
-        return dict(self.public(), hits=self.hits, created=self.created, last_used=self.last_used,
-                    referenced_by=sorted(self.referenced_by), ino=os.fstat(self.fd).st_ino)
-
-    def file_listing(self) -> dict[str, Any]:
-        """A file entry's fields in an ``ls`` reply (its ``files`` list)."""
-        assert self.identity is not None
-        return {"entry_id": self.entry_id, "path": self.path, "nbytes": self.identity["size"],
-                "referenced_by": sorted(self.referenced_by), "created": self.created, "changed": self.changed(),
-                **{f: self.identity[f] for f in FILE_IDENTITY_FIELDS}}
-
-
 class GetOutcome:
     """What ``Store.get`` decided; ``fds`` (duplicates, owned by the caller) go with ``fd_entries``."""
 
@@ -121,12 +62,6 @@ class GetOutcome:
         self.fds = [] if fds is None else fds
 
 
-def process_owner(pid: int) -> int:
-    """The claim owner that stands for process ``pid`` until one of its connections adopts the claim; connection
-    ids count from 1, so the two never meet."""
-    return -pid
-
-
 class Store:
     """Entries by key and id, claims by key, and the byte budget."""
 
@@ -135,17 +70,14 @@ class Store:
         self.order = order  # which entries go first when a publish needs room (server/eviction.py)
         self._by_key: dict[str, Entry] = {}
         self._by_id: dict[str, Entry] = {}
-        self._claims: dict[str, int] = {}
+        self.claims = claims.Claims()  # who loads each key now (server/claims.py)
         self._used = 0
-        self._changed: set[str] = set()
         self._nonce = os.urandom(4).hex()
         self._ids = itertools.count(1)
         self._ticks = itertools.count(1)
         self.blobs = blobs.BlobIndex()  # bytes the entries hold, for a publisher's dedup (overmind.entries.dedup)
         self.refusals = admission.Refusals()  # keys whose entry is larger than the whole budget
         self.marks = marks.Marks()  # keys loaded once and not published (server/marks.py)
-        # Keys whose claim another owner asked for while it was held: a first load of one is reused, so published.
-        self._wanted: set[str] = set()
         # For 'overmind status': gets answered, hits among them, bytes those hits mapped (with their deps),
         # entries published, entries evicted (budget or request).
         self.counters = {"gets": 0, "hits": 0, "bytes_served": 0, "publishes": 0, "evictions": 0}
@@ -170,16 +102,16 @@ class Store:
         refused = self.refusals.under(key, self.max_bytes)
         if refused is not None:  # larger than the whole budget: the caller loads it plainly, without a claim
             return GetOutcome("refused", refused)
-        holder = self._claims.get(key)
+        holder = self.claims.holder(key)
         if holder is not None and holder != owner:
             if claim:
-                self._wanted.add(key)
+                self.claims.want(key)
             return GetOutcome("busy")
         # The same connection asking again is a nested load of the key it is already loading; making it
         # wait for itself would deadlock, so it keeps its claim.
         if not claim:
             return GetOutcome("miss")
-        self._claims[key] = owner
+        self.claims.claim(key, owner)
         # the room an entry may take (the budget less what no eviction may free): a publisher whose result is
         # larger asks admission before it pickles (server/admission.py); ``first``: no load of the key left a
         # mark in this server's life, so its loader publishes only if it is reused meanwhile (first_done)
@@ -190,10 +122,10 @@ class Store:
         """A first load of ``key`` under ``owner``'s claim ran: whether it publishes. It does when another owner
         asked for the key meanwhile (that waiter then hits), and keeps its claim; otherwise the key is marked
         (``nbytes``: its entry's estimated size) and the claim released, so the next load publishes."""
-        if self._claims.get(key) != owner:
+        if self.claims.holder(key) != owner:
             raise StoreError("no claim", f"first_done refused: this connection holds no claim on {key[:12]}; "
                                          f"load the key again")
-        if key in self._wanted:
+        if self.claims.wanted(key):
             return True
         self.marks.note(key, nbytes, loader, summary)
         self.release(key, owner)
@@ -203,42 +135,31 @@ class Store:
         """Claim ``key`` for process ``pid`` before it has a connection (the spawner's claim, ``handoff.py``).
         It counts as a get that missed: that process asked for ``key`` by starting the server."""
         self.counters["gets"] += 1
-        self._claims[key] = process_owner(pid)
+        self.claims.claim(key, process_owner(pid))
 
     def adopt(self, key: str, owner: int, pid: int) -> None:
         """Hand a claim held for process ``pid`` (``hold_for_process``) to ``owner``, that process's connection
         naming ``key``: from here the claim lives and ends with that connection, as any other."""
-        if self._claims.get(key) == process_owner(pid):
-            self._claims[key] = owner
+        self.claims.adopt(key, owner, pid)
 
     def take_changed(self) -> set[str]:
         """Keys published or released since the last call: requests parked on them may now proceed."""
-        changed, self._changed = self._changed, set()
-        return changed
+        return self.claims.take_changed()
 
     def holds_claims(self, owner: int) -> bool:
         """Whether ``owner`` holds any claim (its connection must then stay open, however idle)."""
-        return owner in self._claims.values()
+        return self.claims.holds(owner)
 
     def release(self, key: str, owner: int) -> bool:
         """Drop ``owner``'s claim on ``key`` (its loader failed); one waiter then gets ``claimed``."""
-        if self._claims.get(key) != owner:
-            return False
-        del self._claims[key]
-        self._wanted.discard(key)
-        self._changed.add(key)
-        return True
+        return self.claims.release(key, owner)
 
     def release_all(self, owner: int, who: str = "") -> list[str]:
         """Drop every claim of ``owner`` (its connection closed); returns the keys released."""
-        keys = [k for k, o in self._claims.items() if o == owner]
+        keys = self.claims.release_all(owner)
         if keys:
             # Logged before any waiter is answered, so the line is in the log before it can act on the release.
             log.info("%s closed holding claims on %d keys; released them", who or f"owner {owner}", len(keys))
-        for k in keys:
-            del self._claims[k]
-            self._wanted.discard(k)
-        self._changed.update(keys)
         return keys
 
     # ---- publish ---------------------------------------------------------------------------------------
@@ -334,7 +255,7 @@ class Store:
             if existing is not None:
                 # Two loaders raced without claims (or one published twice): first one wins, the new fd is
                 # redundant.
-                self._drop_claim(key)
+                self.claims.settle(key)  # the key is cached: waiters wake and take the hit
                 os.close(fd)
                 return existing
             # A dependency whose checkpoint file changed is no longer what the new entry's bytes were read from.
@@ -359,19 +280,13 @@ class Store:
             self.counters["publishes"] += 1
             self.refusals.forget(key)
             self.marks.drop(key)
-            self._drop_claim(key)
+            self.claims.settle(key)  # the key is cached: waiters wake and take the hit
             log.info("published %s (%d bytes, deps %s); %d/%d bytes used", entry.entry_id, nbytes,
                      entry.deps, self._used, self.max_bytes)
             return entry
         except BaseException:
             _close_quietly(fd)
             raise
-
-    def _drop_claim(self, key: str) -> None:
-        # Whoever held the claim, the key is now cached: waiters wake and take the hit.
-        self._claims.pop(key, None)
-        self._wanted.discard(key)
-        self._changed.add(key)
 
     def admit(self, key: str, need: int) -> dict[str, Any]:
         """Whether an entry of ``need`` bytes for ``key`` can be published now (evicting entries if it must),
@@ -519,7 +434,7 @@ class Store:
         files = [e.identity["size"] for e in self._by_id.values() if e.identity is not None]
         return {"entries": len(self._by_id) - len(files), "files": len(files), "file_bytes": sum(files),
                 "bytes": self._used, "max_bytes": self.max_bytes,
-                "claims": len(self._claims), "blobs": len(self.blobs), "refused_keys": len(self.refusals),
+                "claims": len(self.claims), "blobs": len(self.blobs), "refused_keys": len(self.refusals),
                 "marks": len(self.marks), "marked_bytes": sum(m["nbytes"] for m in self.marks.listing()),
                 **self.counters}
 
