@@ -88,24 +88,28 @@ def test_a_class_is_a_loader_its_construction_keyed_by_the_arguments_of_its_init
 
 
 def test_the_digest_is_of_the_declared_parts_in_their_order():
-    """What ``make_key`` hashes is exactly ``KEY_VERSION`` then each of ``PARTS``' values, in declaration order."""
+    """What ``make_key`` hashes is exactly ``KEY_VERSION`` then each of ``PARTS``' values, in
+    declaration order."""
     import hashlib
 
     ld = key.describe_loader(loader)
     ck = key.make_key(ld, key.bind_arguments(ld, ("x",), {}), [("files", 1)])
-    assert len(ck.described) == len(key.PARTS) and ck.ambient == ck.described[key.PARTS.index(key.TORCH_STATE)]
+    assert len(ck.described) == len(key.PARTS)
+    assert ck.ambient == ck.described[key.PARTS.index(key.TORCH_STATE)]
     material = repr((key.KEY_VERSION, *ck.described)).encode("utf-8", "surrogatepass")
     assert ck.key == hashlib.sha256(material).hexdigest()[:40]
 
 
 @pytest.mark.parametrize("part", key.PARTS, ids=lambda part: part.name)
 def test_a_change_in_each_part_is_said_in_its_words(part):
-    """``what_changed`` names every part whose value differs, in ``PARTS``' order, with the part's own words."""
+    """``what_changed`` names every part whose value differs, in ``PARTS``' order, with the part's
+    own words."""
     ld = key.describe_loader(loader)
     ck = key.make_key(ld, key.bind_arguments(ld, ("x",), {}))
     at = key.PARTS.index(part)
     changed = (("path", "y"),) if part.name == "arguments" else ("another", "value")
-    after = key.CacheKey("other", ck.summary, ck.ambient, ck.described[:at] + (changed,) + ck.described[at + 1:])
+    described = ck.described[:at] + (changed,) + ck.described[at + 1:]
+    after = key.CacheKey("other", ck.summary, ck.ambient, described)
     assert key.what_changed(ck, after) == part.change(ck.described[at], changed)
     assert key.what_changed(ck, ck) == "its key"
 
@@ -121,4 +125,5 @@ def test_what_changed_names_the_arguments_and_the_state_that_moved():
         moved = key.make_key(ld, key.bind_arguments(ld, ("x",), {"revision": "a"}))
     finally:
         torch.set_default_dtype(torch.float32)
-    assert key.what_changed(before, moved) == "torch's process state (default dtype or device, a mode)"
+    said = key.what_changed(before, moved)
+    assert said == "torch's process state (default dtype or device, a mode)"

@@ -9,8 +9,9 @@ adapters' key parts; the key digest.
   change the key. All arguments are described in one walk, so an object passed twice is seen as one.
 - Values are described completely (:func:`overmind.keys.canon.canon`) or the call is :class:`Unkeyable` and runs
   without the cache. ``docs/architecture.md`` states the contract.
-- A key is the digest of its parts, each declared once in :data:`PARTS` (the loader, the arguments, the adapters'
-  parts, torch's process state): how it is described, and how a change in it is said.
+- A key is the digest of its parts, each declared once in :data:`PARTS` (the loader, the
+  arguments, the adapters' parts, torch's process state): how it is described, and how a change in
+  it is said.
 """
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ from .canon import Unkeyable, Walk, canon
 # Part of every key: raised whenever what a key describes, or what an entry's skeleton names (the module paths of
 # the functions that rebuild it), changes, so that entries an older Overmind published are never looked up.
 KEY_VERSION = 8
-__all__ = ["Unkeyable", "Loader", "CacheKey", "KeyPart", "PARTS", "describe_loader", "bind_arguments", "make_key",
-           "canon", "summarize"]
+__all__ = ["Unkeyable", "Loader", "CacheKey", "KeyPart", "PARTS", "describe_loader",
+           "bind_arguments", "make_key", "canon", "summarize"]
 
 
 @dataclass(frozen=True)
@@ -124,11 +125,12 @@ def bind_arguments(loader: Loader, args: tuple, kwargs: dict) -> dict[str, Any]:
     return out
 
 
-# --- the key ---------------------------------------------------------------------------------------
+# --- the key ---------------------------------------------------------------------------------
 
 
 class Call(NamedTuple):
-    """What a key describes: the loader, its bound arguments (:func:`bind_arguments`) and the adapters' parts."""
+    """What a key describes: the loader, its bound arguments (:func:`bind_arguments`) and the
+    adapters' parts."""
 
     loader: Loader
     arguments: dict[str, Any]
@@ -137,9 +139,10 @@ class Call(NamedTuple):
 
 @dataclass(frozen=True)
 class KeyPart:
-    """One part of every key, declared once in :data:`PARTS`. ``describe`` is its value for a call: key material,
-    taken in the call's one walk (an object met in two parts is one object). ``said`` is what a loader changed,
-    in words, when two keys of one call differ in this part: a phrase, or a function of the two values."""
+    """One part of every key, declared once in :data:`PARTS`. ``describe`` is its value for a
+    call: key material, taken in the call's one walk (an object met in two parts is one object).
+    ``said`` is what a loader changed, in words, when two keys of one call differ in this part: a
+    phrase, or a function of the two values."""
 
     name: str
     describe: Callable[[Call, Walk], Any]
@@ -163,8 +166,8 @@ def _arguments_changed(before: tuple, after: tuple) -> str:
 TORCH_STATE = KeyPart("torch state", lambda call, walk: torch_state.key_part(),
                       "torch's process state (default dtype or device, a mode)")
 
-# The parts of every key, in the order they are described and hashed. A new part is one more row (and its test);
-# it changes every digest by itself, so no entry of the keys before it is looked up.
+# The parts of every key, in the order they are described and hashed. A new part is one more row
+# (and its test); it changes every digest by itself, so no entry of the keys before it is looked up.
 PARTS: tuple[KeyPart, ...] = (
     KeyPart("loader", lambda call, walk: loader_identity(call.loader, walk),
             "its own identity (a global value its code reads)"),
@@ -202,11 +205,12 @@ def make_key(loader: Loader, arguments: dict[str, Any], extra_parts: list[Any] |
 
 
 def what_changed(before: CacheKey, after: CacheKey) -> str:
-    """What differs between two keys of one call, in words (each part's ``said``, in :data:`PARTS`' order):
-    ``"its argument 'model'"``, ``"the files it reads"``, ``"torch's process state"``, its own identity (a
-    global its code reads), for a loader that changed what its key describes while it ran."""
-    said = [part.change(old, new) for part, old, new in zip(PARTS, before.described, after.described)
-            if old != new]
+    """What differs between two keys of one call, in words (each part's ``said``, in
+    :data:`PARTS`' order): ``"its argument 'model'"``, ``"the files it reads"``, ``"torch's process
+    state"``, its own identity (a global its code reads), for a loader that changed what its key
+    describes while it ran."""
+    said = [part.change(old, new)
+            for part, old, new in zip(PARTS, before.described, after.described) if old != new]
     return " and ".join(said) or "its key"
 
 

@@ -1,9 +1,11 @@
-"""Claims (singleflight): which owner loads each key now, which claimed keys another owner asked for meanwhile, and
-which keys changed (a claim released, or the key published) since the server last looked.
+"""Claims (singleflight): which owner loads each key now, which claimed keys another owner asked for
+meanwhile, and which keys changed (a claim released, or the key published) since the server last
+looked.
 
-An owner is a connection id (counting from 1), or ``process_owner(pid)`` for a process that holds a claim before it
-has a connection (the spawner's claim, ``handoff.py``). The store decides when to claim, publish or release; this
-holds the answers, so that ``take_changed`` can name the keys whose parked requests may proceed.
+An owner is a connection id (counting from 1), or ``process_owner(pid)`` for a process that holds a
+claim before it has a connection (the spawner's claim, ``handoff.py``). The store decides when to
+claim, publish or release; this holds the answers, so that ``take_changed`` can name the keys whose
+parked requests may proceed.
 
 >>> claims.claim("k", owner=1); claims.holder("k")
 1
@@ -12,17 +14,19 @@ from __future__ import annotations
 
 
 def process_owner(pid: int) -> int:
-    """The claim owner that stands for process ``pid`` until one of its connections adopts the claim; connection
-    ids count from 1, so the two never meet."""
+    """The claim owner that stands for process ``pid`` until one of its connections adopts the
+    claim; connection ids count from 1, so the two never meet."""
     return -pid
 
 
 class Claims:
-    """The claims by key, the keys wanted by a second owner, the keys changed since :meth:`take_changed`."""
+    """The claims by key, the keys a second owner wants, the keys changed since
+    :meth:`take_changed`."""
 
     def __init__(self) -> None:
         self._owners: dict[str, int] = {}
-        # Keys whose claim another owner asked for while it was held: a first load of one is reused, so published.
+        # Keys whose claim another owner asked for while it was held: a first load of one is
+        # reused, so published.
         self._wanted: set[str] = set()
         self._changed: set[str] = set()
 
@@ -41,7 +45,8 @@ class Claims:
         return key in self._wanted
 
     def adopt(self, key: str, owner: int, pid: int) -> None:
-        """Hand a claim held for process ``pid`` to ``owner``, that process's connection naming ``key``."""
+        """Hand a claim held for process ``pid`` to ``owner``, that process's connection naming
+        ``key``."""
         if self._owners.get(key) == process_owner(pid):
             self._owners[key] = owner
 

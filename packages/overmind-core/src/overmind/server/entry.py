@@ -1,6 +1,6 @@
-"""One entry the server holds: a published memfd, or a checkpoint file entries reference (a file entry), with
-what the server knows of it (key, size, dependencies, uses, the entries referencing it) and the fields its replies
-carry.
+"""One entry the server holds: a published memfd, or a checkpoint file entries reference (a file
+entry), with what the server knows of it (key, size, dependencies, uses, the entries referencing it)
+and the fields its replies carry.
 """
 from __future__ import annotations
 
@@ -16,17 +16,18 @@ if TYPE_CHECKING:
 class Entry:
     """One published memfd and what the server knows about it.
 
-    ``bad``: out of service, kept only while other entries reference it. A file entry's ``path`` is the checkpoint
-    file's path as the publisher saw it, and its ``identity`` the ``protocol.file_identity`` when published (None
-    for a memfd entry)."""
+    ``bad``: out of service, kept only while other entries reference it. A file entry's ``path`` is
+    the checkpoint file's path as the publisher saw it, and its ``identity`` the
+    ``protocol.file_identity`` when published (None for a memfd entry)."""
 
-    __slots__ = ("entry_id", "key", "fd", "nbytes", "meta", "deps", "created", "last_used", "lru", "hits",
-                 "referenced_by", "bad", "path", "identity")
+    __slots__ = ("entry_id", "key", "fd", "nbytes", "meta", "deps", "created", "last_used", "lru",
+                 "hits", "referenced_by", "bad", "path", "identity")
 
-    def __init__(self, entry_id: str, key: str, fd: int, nbytes: int, meta: dict[str, Any], deps: list[str],
-                 created: float, last_used: float, lru: int, path: str = "",
+    def __init__(self, entry_id: str, key: str, fd: int, nbytes: int, meta: dict[str, Any],
+                 deps: list[str], created: float, last_used: float, lru: int, path: str = "",
                  identity: dict[str, int] | None = None) -> None:
-        self.entry_id, self.key, self.fd, self.nbytes, self.meta, self.deps = entry_id, key, fd, nbytes, meta, deps
+        self.entry_id, self.key, self.fd, self.nbytes = entry_id, key, fd, nbytes
+        self.meta, self.deps = meta, deps
         self.created, self.last_used, self.lru = created, last_used, lru
         self.hits = 0
         self.referenced_by: set[str] = set()
@@ -35,7 +36,8 @@ class Entry:
         self.identity = identity
 
     def __repr__(self) -> str:
-        return f"Entry({self.entry_id!r}, key={self.key!r}, nbytes={self.nbytes}, file={self.is_file})"
+        return (f"Entry({self.entry_id!r}, key={self.key!r}, nbytes={self.nbytes}, "
+                f"file={self.is_file})")
 
     @property
     def is_file(self) -> bool:
@@ -58,12 +60,13 @@ class Entry:
 
     def public(self) -> dict[str, Any]:
         """The fields a ``hit`` reply carries."""
-        return {"entry_id": self.entry_id, "key": self.key, "nbytes": self.nbytes, "meta": self.meta,
-                "deps": list(self.deps)}
+        return {"entry_id": self.entry_id, "key": self.key, "nbytes": self.nbytes,
+                "meta": self.meta, "deps": list(self.deps)}
 
     def listing(self) -> dict[str, Any]:
         """The fields an ``ls`` reply carries."""
-        # ino: the memfd's inode, which /proc/<pid>/maps shows, so 'overmind ls' can tell who maps the entry.
+        # ino: the memfd's inode, which /proc/<pid>/maps shows, so 'overmind ls' can tell who maps
+        # the entry.
         return dict(self.public(), hits=self.hits, created=self.created, last_used=self.last_used,
                     referenced_by=sorted(self.referenced_by), ino=os.fstat(self.fd).st_ino)
 
@@ -71,5 +74,5 @@ class Entry:
         """A file entry's fields in an ``ls`` reply (its ``files`` list)."""
         assert self.identity is not None
         return {"entry_id": self.entry_id, "path": self.path, "nbytes": self.identity["size"],
-                "referenced_by": sorted(self.referenced_by), "created": self.created, "changed": self.changed(),
-                **{f: self.identity[f] for f in FILE_IDENTITY_FIELDS}}
+                "referenced_by": sorted(self.referenced_by), "created": self.created,
+                "changed": self.changed(), **{f: self.identity[f] for f in FILE_IDENTITY_FIELDS}}

@@ -1,21 +1,23 @@
 """Which entries go to make room: a pure planner over what the store knows of its entries.
 
-The store describes each entry as an :class:`Item` (its bytes, when it was last used, what it references, whether
-it is pinned) and asks :func:`plan` for the victims that free ``need`` bytes under ``limit``; it then removes
-them. Nothing here touches an fd or the store's state, so the rule is tested on its own
-(``tests/test_eviction_plan.py``).
+The store describes each entry as an :class:`Item` (its bytes, when it was last used, what it
+references, whether it is pinned) and asks :func:`plan` for the victims that free ``need`` bytes
+under ``limit``; it then removes them. Nothing here touches an fd or the store's state, so the rule
+is tested on its own (``tests/test_eviction_plan.py``).
 
 The rule every order keeps:
 
-- an item referenced by another item that stays is in use, and a pinned one (the new entry's own dependencies) is
-  never chosen;
-- a keyless item (an entry out of service, a checkpoint file) is never chosen either: it goes with the last item
-  that references it, as the store's removal takes it, and its bytes count as freed then;
-- victims are chosen one at a time, the least in the :class:`Order` among the items free to go, until ``need``
-  fits; none when it fits already, and no plan (None) when even every item free to go would not make room.
+- an item referenced by another item that stays is in use, and a pinned one (the new entry's own
+  dependencies) is never chosen;
+- a keyless item (an entry out of service, a checkpoint file) is never chosen either: it goes with
+  the last item that references it, as the store's removal takes it, and its bytes count as freed
+  then;
+- victims are chosen one at a time, the least in the :class:`Order` among the items free to go,
+  until ``need`` fits; none when it fits already, and no plan (None) when even every item free to
+  go would not make room.
 
-The order is a parameter: :data:`LEAST_RECENTLY_USED` by default. Another order is one more :class:`Order`
-here, handed to ``Store(order=...)``.
+The order is a parameter: :data:`LEAST_RECENTLY_USED` by default. Another order is one more
+:class:`Order` here, handed to ``Store(order=...)``.
 
 >>> plan([Item("a", 10, last_use=1), Item("b", 10, last_use=2)], need=10, limit=20)
 ['a']
@@ -29,10 +31,10 @@ from typing import Any, Callable, Iterable
 
 @dataclass(frozen=True)
 class Item:
-    """One entry as the planner sees it. ``last_use``: the store's use counter when it was last used (larger is
-    more recent); ``created``: when it was published (seconds); ``hits``: how many gets it answered; ``deps``: the
-    ids it references; ``pinned``: no eviction may take it now; ``keyless``: kept only while another item
-    references it, never chosen."""
+    """One entry as the planner sees it. ``last_use``: the store's use counter when it was last
+    used (larger is more recent); ``created``: when it was published (seconds); ``hits``: how many
+    gets it answered; ``deps``: the ids it references; ``pinned``: no eviction may take it now;
+    ``keyless``: kept only while another item references it, never chosen."""
 
     id: str
     nbytes: int
@@ -46,8 +48,8 @@ class Item:
 
 @dataclass(frozen=True)
 class Order:
-    """An eviction order: ``key`` ranks the items free to go, least first (ties: the first given); ``name`` says
-    why an entry went, in the server's log."""
+    """An eviction order: ``key`` ranks the items free to go, least first (ties: the first given);
+    ``name`` says why an entry went, in the server's log."""
 
     name: str
     key: Callable[[Item], Any]
@@ -56,9 +58,10 @@ class Order:
 LEAST_RECENTLY_USED = Order("least recently used", lambda item: item.last_use)
 
 
-def plan(items: Iterable[Item], need: int, limit: int, order: Order = LEAST_RECENTLY_USED) -> list[str] | None:
-    """The ids to evict, in turn, so that ``need`` more bytes fit under ``limit`` beside ``items``; ``[]`` when
-    they fit already, None when no eviction can make the room."""
+def plan(items: Iterable[Item], need: int, limit: int,
+         order: Order = LEAST_RECENTLY_USED) -> list[str] | None:
+    """The ids to evict, in turn, so that ``need`` more bytes fit under ``limit`` beside ``items``;
+    ``[]`` when they fit already, None when no eviction can make the room."""
     items = list(items)
     used = sum(item.nbytes for item in items)
     if used + need <= limit:
@@ -80,7 +83,7 @@ def plan(items: Iterable[Item], need: int, limit: int, order: Order = LEAST_RECE
     gone: set[str] = set()
     freed = 0
 
-    def remove(item: Item) -> None:  # as the store removes it: the keyless items below it go along
+    def remove(item: Item) -> None:  # as the store removes it: keyless items below it go along
         nonlocal freed
         gone.add(item.id)
         freed += item.nbytes

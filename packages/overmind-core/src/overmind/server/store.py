@@ -1,6 +1,6 @@
-"""The server's state: published entries by key and id, the budget, and the answers to get, publish and evict.
-Who loads which key now is :mod:`.claims`; which entries an eviction takes is :mod:`.eviction`'s plan, carried out
-here.
+"""The server's state: published entries by key and id, the budget, and the answers to get,
+publish and evict. Who loads which key now is :mod:`.claims`; which entries an eviction takes is
+:mod:`.eviction`'s plan, carried out here.
 
 The server runs in one thread, so nothing here locks and nothing blocks: a ``get`` that finds another
 owner's claim answers ``busy`` at once, and the server parks the request itself; ``take_changed`` names the
@@ -65,7 +65,8 @@ class GetOutcome:
 class Store:
     """Entries by key and id, claims by key, and the byte budget."""
 
-    def __init__(self, max_bytes: int, order: eviction.Order = eviction.LEAST_RECENTLY_USED) -> None:
+    def __init__(self, max_bytes: int,
+                 order: eviction.Order = eviction.LEAST_RECENTLY_USED) -> None:
         self.max_bytes = max_bytes
         self.order = order  # which entries go first when a publish needs room (server/eviction.py)
         self._by_key: dict[str, Entry] = {}
@@ -289,9 +290,9 @@ class Store:
             raise
 
     def admit(self, key: str, need: int) -> dict[str, Any]:
-        """Whether an entry of ``need`` bytes for ``key`` can be published now (evicting entries if it must),
-        asked before the publisher pickles and writes it. One larger than the whole budget is remembered as refused
-        for ``key`` (see :mod:`.admission`)."""
+        """Whether an entry of ``need`` bytes for ``key`` can be published now (evicting entries if
+        it must), asked before the publisher pickles and writes it. One larger than the whole budget
+        is remembered as refused for ``key`` (see :mod:`.admission`)."""
         refusal = self._refusal(key, need, set())
         return {"admitted": True} if refusal is None else refusal
 
@@ -326,7 +327,8 @@ class Store:
             self.counters["evictions"] += 1
 
     def _plan_eviction(self, need: int, protected: set[str]) -> list[Entry] | None:
-        """The entries to evict for ``need`` more bytes (:func:`.eviction.plan`); None when none can make room."""
+        """The entries to evict for ``need`` more bytes (:func:`.eviction.plan`); None when none
+        can make room."""
         if self._used + need <= self.max_bytes:
             return []
         plan = eviction.plan(self._items(protected), need, self.max_bytes, self.order)
@@ -481,8 +483,8 @@ class Store:
         return fds
 
     def _remove(self, entry: Entry, keep: set[str] | frozenset[str] = frozenset()) -> None:
-        """Remove ``entry`` and close its fd, then each keyless entry it was the last to reference (those in
-        ``keep`` stay: the dependencies of an entry being published)."""
+        """Remove ``entry`` and close its fd, then each keyless entry it was the last to reference
+        (those in ``keep`` stay: the dependencies of an entry being published)."""
         if self._by_id.get(entry.entry_id) is not entry:
             return  # already gone (a bad dependency removed along with its last referent)
         if self._by_key.get(entry.key) is entry:
