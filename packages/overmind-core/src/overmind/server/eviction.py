@@ -26,15 +26,15 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, NamedTuple
 
 
-@dataclass(frozen=True)
-class Item:
+class Item(NamedTuple):
     """One entry as the planner sees it. ``last_use``: the store's use counter when it was last
     used (larger is more recent); ``created``: when it was published (seconds); ``hits``: how many
     gets it answered; ``deps``: the ids it references; ``pinned``: no eviction may take it now;
-    ``keyless``: kept only while another item references it, never chosen."""
+    ``keyless``: kept only while another item references it, never chosen. A named tuple: the
+    store makes one per entry each time it asks."""
 
     id: str
     nbytes: int
@@ -113,8 +113,8 @@ def plan(items: Iterable[Item], need: int, limit: int,
 def held_bytes(items: Iterable[Item]) -> int:
     """Bytes of the items no eviction may take now: pinned, or referenced by another item."""
     items = list(items)
-    referents = _referents(items)
-    return sum(item.nbytes for item in items if item.pinned or referents[item.id])
+    referenced = {dep for item in items for dep in item.deps}
+    return sum(item.nbytes for item in items if item.pinned or item.id in referenced)
 
 
 def _referents(items: list[Item]) -> dict[str, set[str]]:
