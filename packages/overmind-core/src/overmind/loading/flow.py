@@ -25,7 +25,7 @@ import time
 from typing import Any, Callable, Iterator
 
 from .. import fallback
-from .._util import gc_pause, heap_trim, interrupts
+from .._util import gc_pause, heap_aside, heap_trim, interrupts
 from ..adapters import hooks
 from ..entries import arguments_ref, codec, pickling, prebuilt
 from ..entries.writes import held
@@ -63,7 +63,8 @@ admitting = admission_by_reuse.admitting  # ``with flow.admitting("first"):`` (o
 def load(fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
     """Return ``fn(*args, **kwargs)``, through the cache when possible. See :func:`overmind.load`."""
     # one user call (its nested loads included) warns once; reducers' memos last as long (loading/scope.py)
-    with fallback.user_call(), scope.scope():
+    # the heap of the libraries out of the collections inside the load (_util/heap_aside.py)
+    with fallback.user_call(), scope.scope(), heap_aside.set_aside():
         return _load(fn, *args, **kwargs)
 
 
