@@ -4,19 +4,19 @@ The test-only adapters live in :data:`TEST_PLUGINS_DIR`, outside the venv (see t
 
 The root ``pyproject.toml`` puts ``tests/`` on ``sys.path`` (pytest's ``pythonpath`` option), so every suite
 imports them as ``from _support import tiny_models``; no conftest edits ``sys.path``. A fresh process a test
-starts gets the same with :func:`pythonpath_env` (``PYTHONPATH`` with ``tests/`` in front), so a helper module
-(a loader in :mod:`_support.fault_loaders`, a builder in :mod:`_support.sfast_pipelines`) has the same name,
-hence the same cache key, in the test and in every process it starts.
+starts gets the same with :func:`pythonpath_env` (``PYTHONPATH`` with the folders of that option in front), so a
+helper module (a loader in :mod:`_support.fault_loaders`, a builder in ``overmind_sfast_testlib.pipelines``) has
+the same name, hence the same cache key, in the test and in every process it starts.
 
 * :mod:`_support.tiny_models`: tiny HF models, pipelines and tokenizers built locally (no Hub).
 * :mod:`_support.adapter_testlib`: the fresh-process runner and fixtures of the adapter packages' suites.
 * :mod:`_support.adapter_packages`: the repository's adapters, found under ``packages/`` as the build finds them.
 * :mod:`_support.fault_procs`, :mod:`_support.fault_loaders`: background processes and gated loaders of the
   core's fault tests.
-* :mod:`_support.ldm_checkpoint`: the tiny SD pipeline written as one original-format (LDM) checkpoint.
-* :mod:`_support.bnb_testlib`: overmind-bnb's tiny quantizable Llama and round trips.
-* :mod:`_support.sfast_pipelines`, :mod:`_support.sfast_modules`, :mod:`_support.sfast_roundtrip`:
-  overmind-sfast's compiled pipeline builder, traced modules and in-process round trip.
+
+What one adapter's tests alone use lives in that package's ``tests/`` folder, as a module or package named
+``overmind_<lib>_testlib`` (``overmind_bnb_testlib``: unique across packages, since every such folder is on the
+same ``sys.path``), that folder being on pytest's ``pythonpath`` too.
 """
 from __future__ import annotations
 
@@ -36,11 +36,23 @@ def _paths(value: str | None) -> list[str]:
     return [p for p in (value or "").split(os.pathsep) if p]
 
 
+def pytest_pythonpath() -> list[str]:
+    """The folders of pytest's ``pythonpath`` option (the root ``pyproject.toml``), absolute, in its order:
+    :data:`TESTS_DIR`, :data:`TEST_PLUGINS_DIR` and the adapters' test folders that hold helpers."""
+    import tomllib
+
+    root = os.path.dirname(TESTS_DIR)
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        listed = tomllib.load(f)["tool"]["pytest"]["ini_options"]["pythonpath"]
+    return [os.path.join(root, p) for p in listed]
+
+
 def pythonpath_env(env: dict[str, str] | None = None) -> str:
-    """``PYTHONPATH`` for a fresh process: :data:`TESTS_DIR` and :data:`TEST_PLUGINS_DIR` in front of ``env``'s
-    (default: ours), each once."""
+    """``PYTHONPATH`` for a fresh process: the folders of :func:`pytest_pythonpath` in front of ``env``'s (default:
+    ours), each once."""
+    front = pytest_pythonpath()
     rest = _paths((os.environ if env is None else env).get("PYTHONPATH"))
-    return os.pathsep.join([TESTS_DIR, TEST_PLUGINS_DIR, *(p for p in rest if p not in (TESTS_DIR, TEST_PLUGINS_DIR))])
+    return os.pathsep.join([*front, *(p for p in rest if p not in front)])
 
 
 def without_test_plugins(env: dict[str, str] | None = None) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Fixtures for the overmind-bnb tests: tiny quantizable models saved once per session (tests/_support/bnb_testlib.py).
+"""Fixtures for the overmind-bnb tests: tiny quantizable models saved once per session (overmind_bnb_testlib.py).
 
 Every test runs on the CPU with bitsandbytes' CPU backend; none needs a GPU (benchmarks/gpu/bnb_gpu_check.py covers one).
 """
@@ -17,7 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 @pytest.fixture(scope="session")
 def llama_path(tmp_path_factory) -> Path:
     """A tiny Llama (hidden 64, untied) saved with save_pretrained."""
-    from _support.bnb_testlib import build_bnb_llama
+    from overmind_bnb_testlib import build_bnb_llama
 
     return build_bnb_llama(tmp_path_factory.mktemp("bnb-llama"))
 
@@ -25,6 +25,6 @@ def llama_path(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tied_llama_path(tmp_path_factory) -> Path:
     """The same tiny Llama with tied input/output embeddings."""
-    from _support.bnb_testlib import build_bnb_llama
+    from overmind_bnb_testlib import build_bnb_llama
 
     return build_bnb_llama(tmp_path_factory.mktemp("bnb-llama-tied"), tie_word_embeddings=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from _support.bnb_testlib import CONFIGS, PROMPT_IDS, first_and_second
+from overmind_bnb_testlib import CONFIGS, PROMPT_IDS, first_and_second
 
 pytest.importorskip("overmind_transformers")
 ENV = {"OVERMIND_STRICT": "1", "HF_HUB_OFFLINE": "1"}

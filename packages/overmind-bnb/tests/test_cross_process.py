@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from _support.bnb_testlib import CONFIGS, PROMPT_IDS, first_and_second
 from overmind.testing import run_fresh
+from overmind_bnb_testlib import CONFIGS, PROMPT_IDS, first_and_second
 
 
 @pytest.mark.parametrize("config", list(CONFIGS))

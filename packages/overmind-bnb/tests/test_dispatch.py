@@ -17,8 +17,8 @@ from accelerate import dispatch_model
 from bitsandbytes.nn import Linear4bit, Params4bit
 from transformers import AutoModelForCausalLM
 
-from _support.bnb_testlib import PROMPT_IDS, Roundtrip, config_4bit, plain_roundtrip
 from overmind_bnb import dispatch, packing, plugin
+from overmind_bnb_testlib import PROMPT_IDS, Roundtrip, config_4bit, plain_roundtrip
 
 IDS = torch.tensor(PROMPT_IDS)
 DISK_MAP = {"model.embed_tokens": "cpu", "model.layers": "cpu", "model.norm": "cpu", "model.rotary_emb": "cpu",

@@ -42,7 +42,7 @@ def test_reducers_asked_before_bitsandbytes_is_imported_still_apply():
         assert "bitsandbytes" not in sys.modules, "asking for reducers must not import bitsandbytes"
         assert torch.nn.Parameter not in table  # the adapter waits for bitsandbytes
         from bitsandbytes.nn import Linear4bit
-        from _support.bnb_testlib import Roundtrip
+        from overmind_bnb_testlib import Roundtrip
         layer = Linear4bit(64, 64, quant_type="nf4").to("cpu")
         copy = Roundtrip(layer, hooks.reducers()).obj
         report([type(copy.weight).__name__, copy.weight.module is copy, torch.equal(copy.weight, layer.weight)])

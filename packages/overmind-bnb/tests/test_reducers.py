@@ -12,8 +12,8 @@ import torch
 from bitsandbytes.nn import Int8Params, Linear4bit, Linear8bitLt, Params4bit
 from torch import nn
 
-from _support.bnb_testlib import Roundtrip, plain_roundtrip
 from overmind_bnb.reducers import _reduce_if_quantized, reduce_quantized_param, reducer_table
+from overmind_bnb_testlib import Roundtrip, plain_roundtrip
 
 
 class UserNet(nn.Module):

@@ -39,8 +39,8 @@ import textwrap
 import pytest
 
 from _support import pythonpath_env
-from _support.bnb_testlib import PROMPT_IDS, build_bnb_llama
 from overmind.testing import run_fresh
+from overmind_bnb_testlib import PROMPT_IDS, build_bnb_llama
 
 pytest.importorskip("overmind_transformers")
 

@@ -1,12 +1,12 @@
 """The pipeline-level ``StableDiffusionPipeline.from_single_file`` on a real original-format (LDM / CompVis)
-checkpoint: the tiny SD pipeline written as one ``.safetensors`` file (``tests/_support/ldm_checkpoint.py``), loaded plain
+checkpoint: the tiny SD pipeline written as one ``.safetensors`` file (``overmind_diffusers_testlib.py``), loaded plain
 (checked bitwise against the pipeline it was written from), then through Overmind in one fresh process (publishes)
 and a second fresh process (must be served from Overmind's memory, without running the loader again)."""
 from __future__ import annotations
 
 import pytest
 
-from _support.ldm_checkpoint import write_ldm_checkpoint
+from overmind_diffusers_testlib import write_ldm_checkpoint
 
 MODULES = ("unet", "vae", "text_encoder")
 

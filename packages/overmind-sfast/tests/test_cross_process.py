@@ -2,12 +2,15 @@
 compiled pipeline from the cache, ready to run, without tracing."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 pytest.importorskip("sfast", reason="stable-fast is not installed (scripts/setup installs it from ../shared/wheels)")
 
-from _support import TESTS_DIR  # noqa: E402  (tests/: _support.sfast_pipelines is importable from it)
 from overmind.testing import run_fresh  # noqa: E402
+
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))  # overmind_sfast_testlib is importable from it
 
 # Runs in a fresh interpreter: loads the builder through the cache, renders, reports what happened.
 LOAD_AND_RENDER = """
@@ -17,7 +20,7 @@ import overmind
 from overmind.testing import overmind_mapped, report
 if {activate!r}:
     overmind.activate()
-from _support import sfast_pipelines as sp
+from overmind_sfast_testlib import pipelines as sp
 
 counter = sp.TraceCounter()
 with counter.installed(), warnings.catch_warnings(record=True) as caught:
@@ -68,7 +71,7 @@ import sys, warnings
 sys.path.insert(0, {tests_dir!r})
 import overmind
 from overmind.testing import report
-from _support import sfast_pipelines as sp
+from overmind_sfast_testlib import pipelines as sp
 
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")

@@ -12,10 +12,10 @@ from sfast.compilers.diffusion_pipeline_compiler import _build_lazy_trace  # noq
 from sfast.utils import flat_tensors  # noqa: E402
 from transformers.modeling_outputs import BaseModelOutputWithPooling  # noqa: E402
 
-from _support.sfast_modules import Encoder, LocalModel, Pair, PairModel  # noqa: E402
-from _support.sfast_pipelines import cpu_config  # noqa: E402
-from _support.sfast_roundtrip import roundtrip  # noqa: E402
 from overmind_sfast import flattening  # noqa: E402
+from overmind_sfast_testlib.modules import Encoder, LocalModel, Pair, PairModel  # noqa: E402
+from overmind_sfast_testlib.pipelines import cpu_config  # noqa: E402
+from overmind_sfast_testlib.roundtrip import roundtrip  # noqa: E402
 
 
 def traced(module):

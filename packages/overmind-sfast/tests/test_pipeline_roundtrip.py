@@ -13,11 +13,11 @@ from sfast.hooks.module_jit_hook import ModuleJITHook  # noqa: E402
 from sfast.jit.trace_helper import TracedPosArgOnlyModuleWrapper, lazy_trace  # noqa: E402
 from sfast.libs.diffusers import image_processor as sfast_image_processor  # noqa: E402
 
-from _support import sfast_pipelines as sp  # noqa: E402
-from _support.sfast_roundtrip import roundtrip  # noqa: E402
 from overmind.adapters import patching  # noqa: E402
 from overmind.testing import overmind_mapped  # noqa: E402
 from overmind_sfast import closures, plugin, sharing  # noqa: E402
+from overmind_sfast_testlib import pipelines as sp  # noqa: E402
+from overmind_sfast_testlib.roundtrip import roundtrip  # noqa: E402
 
 
 @pytest.fixture(scope="module")

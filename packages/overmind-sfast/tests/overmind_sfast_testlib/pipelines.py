@@ -1,7 +1,8 @@
 """What the overmind-sfast tests build: a stable-fast compiled tiny SD pipeline, as users write it.
 
-Importable by name (``_support.sfast_pipelines``, tests/ on ``sys.path``) so that the builder has the same identity,
-hence the same cache key, in every process that imports it.
+Importable by name (``overmind_sfast_testlib.pipelines``, with this package's ``tests/`` folder on
+``sys.path``) so that the builder has the same identity, hence the same cache key, in every process
+that imports it.
 """
 from __future__ import annotations
 

@@ -1,5 +1,9 @@
-"""Write a diffusers Stable Diffusion (1.x architecture) pipeline folder as one original-format (LDM / CompVis)
-single-file ``.safetensors`` checkpoint, so tests can load it with ``StableDiffusionPipeline.from_single_file``.
+"""Helpers of the overmind-diffusers tests (importable by this name: the package's ``tests/``
+folder is on pytest's ``pythonpath``, see the root ``pyproject.toml``).
+
+:func:`write_ldm_checkpoint` writes a diffusers Stable Diffusion (1.x architecture) pipeline folder as one
+original-format (LDM / CompVis) single-file ``.safetensors`` checkpoint, so tests can load it with
+``StableDiffusionPipeline.from_single_file``.
 
 The layout written here is the public LDM one:
 
