@@ -58,7 +58,7 @@ def test_a_target_that_cannot_be_patched_warns_with_adapter_target_and_versions(
         Spec("diffusers.pipelines.pipeline_utils:DiffusionPipeline", "save_pretrained")))  # no classmethod: warns
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        targets = plugin.overmind_patch_targets()
+        targets = plugin.adapter.overmind_patch_targets()
     [message] = [str(w.message) for w in caught if issubclass(w.category, OvermindWarning)]
     assert "adapter diffusers (overmind-diffusers 0.1.0, diffusers " + diffusers.__version__ in message
     assert "DiffusionPipeline.save_pretrained" in message and "not a classmethod" in message

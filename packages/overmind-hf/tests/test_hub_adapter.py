@@ -30,7 +30,8 @@ class Override(Model):
 
 @pytest.fixture
 def plugin(monkeypatch):
-    """A library module holding ``Model``, and a plugin module declaring it the way plugin.py files do."""
+    """A library module holding ``Model``, and a plugin module declaring it the way plugin.py files
+    do, with ``adapter``, the object an entry point names."""
     lib = types.ModuleType(LIB)
     lib.Model = Model
     monkeypatch.setitem(sys.modules, LIB, lib)
@@ -42,10 +43,7 @@ def plugin(monkeypatch):
     mod.normalise = lambda loader, arguments: [("seen", sorted(arguments))]
     mod.key_for_value = lambda value: ("mine", value) if value == "mine" else None
     monkeypatch.setitem(sys.modules, mod.__name__, mod)
-    hub = HubAdapter(mod.__name__)
-    for name in dir(hub):
-        if name.startswith("overmind_"):
-            setattr(mod, name, getattr(hub, name))
+    mod.adapter = HubAdapter(mod.__name__)
     return mod
 
 
@@ -53,33 +51,35 @@ def loader(owner):
     return types.SimpleNamespace(owner=owner, name=f"{owner.__name__}.from_pretrained")
 
 
-def test_its_hooks_register_as_a_plugin_module(plugin):
+def test_its_hooks_register_as_the_adapter_object(plugin):
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
-    pm.register(plugin, name="testlib")
+    pm.register(plugin.adapter, name="testlib")
     pm.check_pending()
     [impl] = pm.hook.overmind_key_parts.get_hookimpls()
     assert impl.argnames == ("loader", "arguments")
 
 
 def test_patch_targets_read_the_specs_at_call_time(plugin):
-    assert [(t.owner, t.name) for t in plugin.overmind_patch_targets()] == [(Model, "from_pretrained"),
-                                                                             (Override, "from_pretrained")]
+    targets = plugin.adapter.overmind_patch_targets()
+    assert [(t.owner, t.name) for t in targets] == [(Model, "from_pretrained"),
+                                                    (Override, "from_pretrained")]
     plugin.SPECS = (Spec(f"{LIB}:Model", subclasses=False),)
-    assert [t.owner for t in plugin.overmind_patch_targets()] == [Model]
+    assert [t.owner for t in plugin.adapter.overmind_patch_targets()] == [Model]
 
 
 def test_a_required_preload_that_is_missing_fails_the_hook(plugin):
     plugin.PRELOAD = ("overmind_hf_no_such_module",)
     with pytest.raises(ImportError):
-        plugin.overmind_patch_targets()
+        plugin.adapter.overmind_patch_targets()
 
 
 def test_key_parts_only_for_its_own_loaders_and_never_before_the_library_is_imported(plugin, monkeypatch):
-    assert plugin.overmind_key_parts(loader(Override), {"b": 1, "a": 2}) == [("seen", ["a", "b"])]
-    assert plugin.overmind_key_parts(loader(int), {}) is None
+    parts = plugin.adapter.overmind_key_parts(loader(Override), {"b": 1, "a": 2})
+    assert parts == [("seen", ["a", "b"])]
+    assert plugin.adapter.overmind_key_parts(loader(int), {}) is None
     monkeypatch.delitem(sys.modules, LIB)
-    assert plugin.overmind_key_parts(loader(Model), {}) is None
+    assert plugin.adapter.overmind_key_parts(loader(Model), {}) is None
 
 
 def test_a_call_it_cannot_read_is_left_uncached_with_one_warning(plugin):
@@ -90,7 +90,7 @@ def test_a_call_it_cannot_read_is_left_uncached_with_one_warning(plugin):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with pytest.raises(Uncacheable):
-            plugin.overmind_key_parts(loader(Model), {})
+            plugin.adapter.overmind_key_parts(loader(Model), {})
     [message] = [str(w.message) for w in caught if issubclass(w.category, OvermindWarning)]
     assert f"adapter {LIB} (overmind-{LIB}" in message and "Model.from_pretrained" in message
     assert f"Please report this with your {LIB} version" in message
@@ -100,11 +100,12 @@ def test_key_for_value_then_the_resolved_revision(plugin):
     class ResolvedRevision(str):
         resolved = "abc123"
 
-    assert plugin.overmind_key_for_value("mine") == ("mine", "mine")
-    assert plugin.overmind_key_for_value(ResolvedRevision("main")) == ("resolved-revision", "main", "abc123")
-    assert plugin.overmind_key_for_value(3) is None
+    assert plugin.adapter.overmind_key_for_value("mine") == ("mine", "mine")
+    resolved = plugin.adapter.overmind_key_for_value(ResolvedRevision("main"))
+    assert resolved == ("resolved-revision", "main", "abc123")
+    assert plugin.adapter.overmind_key_for_value(3) is None
 
 
 def test_no_dynamic_modules_no_metadata(plugin):
-    assert plugin.overmind_entry_metadata(Model(), loader(Model)) is None
-    assert plugin.overmind_before_unpickle({}) is None
+    assert plugin.adapter.overmind_entry_metadata(Model(), loader(Model)) is None
+    assert plugin.adapter.overmind_before_unpickle({}) is None

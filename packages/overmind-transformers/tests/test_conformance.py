@@ -54,7 +54,7 @@ def test_subclass_overriding_from_pretrained_is_patched_too():
 
     from overmind_transformers import plugin
 
-    targets = {(t.owner, t.name) for t in plugin.overmind_patch_targets()}
+    targets = {(t.owner, t.name) for t in plugin.adapter.overmind_patch_targets()}
     assert (OverridingModel, "from_pretrained") in targets
     assert (transformers.BertModel, "from_pretrained") not in targets  # inherits it: the base patch covers it
 
@@ -69,7 +69,7 @@ def test_a_target_that_cannot_be_patched_warns_with_adapter_target_and_versions(
     ))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        targets = plugin.overmind_patch_targets()
+        targets = plugin.adapter.overmind_patch_targets()
     messages = [str(w.message) for w in caught if issubclass(w.category, OvermindWarning)]
     import transformers
 

@@ -6,7 +6,8 @@ schedulers load through ``overmind.load``. The components a pipeline loads insid
 go through the patched class methods too, so a component shared by two pipelines is stored once, and a
 component passed in (``vae=vae``) is referenced by the pipeline's entry, not copied.
 
-The plugin is :mod:`overmind_diffusers.plugin`; its Hub, remote-code, dispatch and argument helpers are
-shared with ``overmind-transformers`` through ``overmind-hf`` (:mod:`overmind_hf`).
+The adapter is ``overmind_diffusers.plugin:adapter``, the object its entry point names; its Hub,
+remote-code, dispatch and argument helpers are shared with ``overmind-transformers`` through
+``overmind-hf`` (:mod:`overmind_hf`).
 """
 __version__ = "0.1.0"

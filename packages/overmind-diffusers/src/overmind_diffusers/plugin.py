@@ -1,4 +1,5 @@
-"""The diffusers adapter: the hooks ``overmind.activate()`` finds through the ``overmind.adapters`` entry point.
+"""The diffusers adapter: :data:`adapter`, the object the ``overmind.adapters`` entry point names,
+whose hooks ``overmind.activate()`` registers.
 
 Patched (each with the imported subclasses that override it; see :func:`overmind.adapter.collect`):
 ``DiffusionPipeline.from_pretrained``, the four AutoPipeline classes, ``ModelMixin.from_pretrained``
@@ -7,7 +8,7 @@ Patched (each with the imported subclasses that override it; see :func:`overmind
 A pipeline loads its components through these same class methods, so each component is its own entry and the
 pipeline's entry references their weights.
 
-This module declares what is diffusers' own; the hooks both Hugging Face adapters share are
+This module declares what is diffusers' own; the hooks, which both Hugging Face adapters share, are
 :class:`overmind_hf.adapter.HubAdapter`'s.
 """
 from __future__ import annotations
@@ -44,15 +45,6 @@ DYNAMIC_MODULES = "diffusers_modules"  # custom pipelines and components
 key_for_value = values.key_for_value  # schedulers by config; hand-built MultiControlNetModels by their nets
 self_check_sample = _sample.sample  # a one-block UNet and a scheduler, built from their configs
 __all__ = ["ADAPTER", "SPECS", "DYNAMIC_MODULES", "normalise", "key_for_value",
-           "self_check_sample"]
+           "self_check_sample", "adapter"]
 
-_hub = HubAdapter(__name__)
-overmind_patch_targets = _hub.overmind_patch_targets
-overmind_patch_later = _hub.overmind_patch_later
-overmind_key_parts = _hub.overmind_key_parts
-overmind_key_for_value = _hub.overmind_key_for_value
-overmind_prepare_result = _hub.overmind_prepare_result
-overmind_entry_metadata = _hub.overmind_entry_metadata
-overmind_derived_paths = _hub.overmind_derived_paths
-overmind_before_unpickle = _hub.overmind_before_unpickle
-overmind_self_check = _hub.overmind_self_check
+adapter = HubAdapter(__name__)

@@ -1,7 +1,8 @@
 """The one plugin body of the Hugging Face adapters: the hooks transformers and diffusers have in common.
 
 Each adapter's ``plugin.py`` declares only what differs, as module attributes read at call time (so a test
-may swap ``SPECS``), and hands its hooks on from a :class:`HubAdapter` over itself::
+may swap ``SPECS``), and makes the adapter object its entry point names: a :class:`HubAdapter` over
+itself, or over a subclass that adds hooks of its own::
 
     ADAPTER = "diffusers"                         # the adapter's name, and the library it instruments
     SPECS = (Spec("diffusers...:DiffusionPipeline"), ...)
@@ -14,9 +15,8 @@ may swap ``SPECS``), and hands its hooks on from a :class:`HubAdapter` over itse
     def self_check_describe(obj): ...             # what must survive the entry codec (optional)
     def refusal(result): ...                      # why a result is never cached, or None (optional)
 
-    _hub = HubAdapter(__name__)
-    overmind_patch_targets = _hub.overmind_patch_targets
-    ...
+    adapter = HubAdapter(__name__)                # [project.entry-points."overmind.adapters"]
+                                                  # diffusers = "overmind_diffusers.plugin:adapter"
 
 Shared: the patch targets of ``SPECS`` with their overriding subclasses; key parts under the never-guess
 rule (a call the adapter cannot read is left uncached, with one warning); the Hub ``ResolvedRevision``
@@ -57,7 +57,8 @@ if TYPE_CHECKING:
 
 
 class HubAdapter:
-    """The hooks of the adapter whose declarations live in module ``declared`` (its ``plugin.py``)."""
+    """The adapter whose declarations live in module ``declared`` (its ``plugin.py``): the object its
+    entry point names, whose methods are its hooks."""
 
     def __init__(self, declared: str) -> None:
         self._declared = declared

@@ -4,8 +4,8 @@ After ``overmind.activate()``, ``from_pretrained`` of every model (``PreTrainedM
 override it), the Auto classes, tokenizers, processors, image processors and feature extractors goes through
 ``overmind.load``: the first load on the machine publishes the object, later loads in any process map it.
 
-The plugin is :mod:`overmind_transformers.plugin`. What it shares with ``overmind-diffusers`` (both libraries
-load from the same Hub cache, import remote code and dispatch with accelerate the same way) is in
-``overmind-hf`` (:mod:`overmind_hf`).
+The adapter is ``overmind_transformers.plugin:adapter``, the object its entry point names. What it
+shares with ``overmind-diffusers`` (both libraries load from the same Hub cache, import remote code and
+dispatch with accelerate the same way) is in ``overmind-hf`` (:mod:`overmind_hf`).
 """
 __version__ = "0.1.0"

@@ -1,4 +1,5 @@
-"""The transformers adapter: the hooks ``overmind.activate()`` finds through the ``overmind.adapters`` entry point.
+"""The transformers adapter: :data:`adapter`, the object the ``overmind.adapters`` entry point
+names, whose hooks ``overmind.activate()`` registers.
 
 Patched (each with the imported subclasses that override it; see :func:`overmind.adapter.collect`):
 ``PreTrainedModel``, the Auto model classes, ``AutoTokenizer``, ``AutoProcessor``, ``AutoImageProcessor``,
@@ -7,7 +8,8 @@ Patched (each with the imported subclasses that override it; see :func:`overmind
 is covered too. A load an Auto class makes inside its own is a nested load: the Auto entry references the
 model entry's weights instead of copying them.
 
-This module declares what is transformers' own; the hooks both Hugging Face adapters share are
+This module declares what is transformers' own, with the two hooks only transformers has
+(:class:`TransformersAdapter`); the hooks both Hugging Face adapters share are
 :class:`overmind_hf.adapter.HubAdapter`'s.
 """
 from __future__ import annotations
@@ -43,29 +45,25 @@ self_check_sample = _sample.sample  # a two-layer BERT and a word-level fast tok
 self_check_describe = _sample.describe
 refusal = hub_kernels.refusal  # a model whose layers run Hub kernels (transformers >= 5.25)
 __all__ = ["ADAPTER", "SPECS", "DYNAMIC_MODULES", "normalise", "key_for_value", "self_check_sample",
-           "self_check_describe", "refusal"]
-
-_hub = HubAdapter(__name__)
-overmind_patch_targets = _hub.overmind_patch_targets
-overmind_patch_later = _hub.overmind_patch_later
-overmind_key_parts = _hub.overmind_key_parts
-overmind_key_for_value = _hub.overmind_key_for_value
-overmind_prepare_result = _hub.overmind_prepare_result
-overmind_entry_metadata = _hub.overmind_entry_metadata
-overmind_derived_paths = _hub.overmind_derived_paths
-overmind_before_unpickle = _hub.overmind_before_unpickle
-overmind_self_check = _hub.overmind_self_check
+           "self_check_describe", "refusal", "TransformersAdapter", "adapter"]
 
 
-@hookimpl
-def overmind_after_unpickle(result, metadata):
-    """A rebuilt model is registered where its constructor registers it (see :mod:`.recorded_outputs`)."""
-    recorded_outputs.register(result)
+class TransformersAdapter(HubAdapter):
+    """The Hugging Face adapter's hooks, and transformers' own two."""
+
+    @hookimpl
+    def overmind_after_unpickle(self, result, metadata):
+        """A rebuilt model is registered where its constructor registers it
+        (see :mod:`.recorded_outputs`)."""
+        recorded_outputs.register(result)
+
+    @hookimpl
+    def overmind_reducers(self):
+        """Fast tokenizers rebuild from their backend's parts (see :mod:`.tokenizer_reduce`)."""
+        # late: activate() imports this plugin, and the reducers need json
+        from . import tokenizer_reduce
+
+        return tokenizer_reduce.reducers()
 
 
-@hookimpl
-def overmind_reducers():
-    """Fast tokenizers rebuild from their backend's parts (see :mod:`.tokenizer_reduce`)."""
-    from . import tokenizer_reduce  # late: activate() imports this plugin, and the reducers need json
-
-    return tokenizer_reduce.reducers()
+adapter = TransformersAdapter(__name__)
