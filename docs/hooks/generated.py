@@ -122,7 +122,12 @@ def _pyprojects() -> list[dict]:
 
 def _packages() -> str:
     """The packages of the repository: folder, import name, what it holds (its pyproject's description) and, for
-    an adapter, the library versions it is tested with (its ``tested`` extra)."""
+    an adapter, the library versions it is tested with (its ``tested`` extra); last, the adapter to copy
+    (``packages/_template``, whose library is a stand-in: no tested versions)."""
+    import pathlib
+
+    import tomllib
+
     rows = ["| package | import | what | tested with |", "|---|---|---|---|"]
     for pyproject in _pyprojects():
         name = pyproject["project"]["name"]
@@ -130,6 +135,11 @@ def _packages() -> str:
         tested = pyproject["project"].get("optional-dependencies", {}).get("tested", [])
         rows.append(f"| `packages/{name}` | `{module}` | {pyproject['project']['description']} | "
                     f"{', '.join(f'`{line}`' for line in tested)} |")
+    template = pathlib.Path(__file__).resolve().parents[2] / "packages" / "_template" / "pyproject.toml"
+    if template.exists():
+        module = tomllib.loads(template.read_text())["project"]["name"].replace("-", "_")
+        rows.append(f"| `packages/_template` | `{module}` | The adapter to copy to write one (docs/adapters.md, "
+                    f"\"Write your own adapter\"), for a stand-in library |  |")
     return "\n".join(rows)
 
 
