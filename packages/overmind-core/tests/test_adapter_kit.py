@@ -17,8 +17,50 @@ def test_every_public_name_exists():
     import overmind
 
     assert adapter.hookimpl is overmind.hookimpl
-    assert adapter.Uncacheable is Unkeyable and isinstance(adapter.uncacheable("why"), Unkeyable)
+    assert adapter.Uncacheable is Unkeyable
     assert adapter.NotCacheable.has_fix
+
+
+def test_the_kit_is_a_face_of_imports():
+    """``overmind/adapter.py`` holds no machinery: its names live in the parts of the core."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(adapter.__file__).read_text())
+    kinds = {type(node).__name__ for node in tree.body} - {"Expr", "ImportFrom", "Assign"}
+    assert not kinds, f"overmind/adapter.py defines {kinds}: put it in the part it belongs to"
+    assert all(getattr(adapter, name).__module__ != adapter.__name__ for name in adapter.__all__
+               if hasattr(getattr(adapter, name), "__module__"))
+
+
+def test_the_kit_table_of_the_docs_names_the_kit():
+    """docs/adapters.md's table of the kit names exactly ``overmind.adapter.__all__``."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[3] / "docs" / "adapters.md").read_text()
+    section = text[text.index("## The adapter kit"):]
+    section = section[:section.index("\n## ", 1)]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    named = {re.match(r"\w+", cell)[0] for row in rows for cell in re.findall(r"`([^`]+)`", row.split(" | ")[0])}
+    assert named == set(adapter.__all__), (sorted(named - set(adapter.__all__)),
+                                           sorted(set(adapter.__all__) - named))
+
+
+def test_every_public_exception_and_warning_is_exported_from_overmind():
+    import overmind
+    from overmind import errors, fallback, inspection
+    from overmind.adapters.discovery import AdapterError
+    from overmind.adapters.patching import PatchError
+
+    exported = {id(getattr(overmind, name)) for name in overmind.__all__}
+    public = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, BaseException)]
+    public += [getattr(adapter, name) for name in adapter.__all__
+               if isinstance(getattr(adapter, name), type) and issubclass(getattr(adapter, name), BaseException)]
+    public += [fallback.OvermindWarning, fallback.CacheBypassed, AdapterError, PatchError, inspection.PrefixError,
+               inspection.NoSuchEntry, inspection.AmbiguousPrefix, inspection.EvictUsage]
+    assert not [c.__qualname__ for c in public if id(c) not in exported]
+    assert overmind.Uncacheable is Unkeyable and overmind.OvermindWarning is OvermindWarning
 
 
 def test_importing_the_kit_imports_no_library():

@@ -1,6 +1,7 @@
 """Overmind: load a model once per machine, then map it, zero-copy, into every process that asks. The public face
-(``load``, ``activate``, ``deactivate``, ``cache_info``, ``evict``, ``hookimpl``), importing nothing heavy: the
-server imports this package and must never import torch.
+(``load``, ``activate``, ``deactivate``, ``cache_info``, ``evict``, ``hookimpl``, and every exception and warning a
+program or an adapter meets: ``OvermindError``, ``OvermindWarning``, ``Uncacheable``, the evict errors, ...),
+importing nothing heavy: the server imports this package and must never import torch.
 
 >>> import overmind
 >>> overmind.activate()                      # patch the installed adapters' loaders
@@ -17,13 +18,29 @@ annotations' names under ``if TYPE_CHECKING:``, which mypy reads as typing's own
 """
 from __future__ import annotations
 
+from ._util.user_frame import OvermindWarning
 from ._version import __version__
+from .errors import (
+    NotCacheable,
+    NotCachedByDesign,
+    OvermindError,
+    PicklingFailed,
+    ProtocolMismatch,
+    RuntimeDirError,
+    ServerError,
+    ServerUnavailable,
+)
+from .errors import Unkeyable as Uncacheable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, ContextManager, ParamSpec, TypeVar
 
-    from .inspection import CacheInfo, EvictResult
+    from .adapters.discovery import AdapterError
+    from .adapters.hookspecs import hookimpl
+    from .adapters.patching import PatchError
+    from .fallback import CacheBypassed
+    from .inspection import AmbiguousPrefix, CacheInfo, EvictResult, EvictUsage, NoSuchEntry, PrefixError
 
     P = ParamSpec("P")
     R = TypeVar("R")
@@ -37,7 +54,21 @@ def _watch_seeding() -> None:
 
 _watch_seeding()
 
-__all__ = ["load", "admitting", "activate", "deactivate", "cache_info", "evict", "hookimpl", "__version__"]
+__all__ = [
+    "load", "admitting", "activate", "deactivate", "cache_info", "evict", "hookimpl", "__version__",
+    # every exception and warning a program or an adapter meets, the root first
+    "OvermindError", "OvermindWarning", "CacheBypassed", "ServerUnavailable", "ServerError",
+    "ProtocolMismatch", "RuntimeDirError", "AdapterError", "PatchError", "Uncacheable", "NotCacheable",
+    "NotCachedByDesign", "PicklingFailed", "PrefixError", "NoSuchEntry", "AmbiguousPrefix", "EvictUsage",
+]
+
+# Exported names whose modules are imported when first asked for: the server imports this package, and
+# inspection (dataclasses), discovery and patching are no part of what it needs.
+_LATER = {
+    "hookimpl": "adapters.hookspecs", "CacheBypassed": "fallback", "AdapterError": "adapters.discovery",
+    "PatchError": "adapters.patching", "PrefixError": "inspection", "NoSuchEntry": "inspection",
+    "AmbiguousPrefix": "inspection", "EvictUsage": "inspection",
+}
 
 
 def load(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -97,29 +128,34 @@ def deactivate() -> None:
     _deactivate()
 
 
-def cache_info(runtime_dir: str | None = None) -> CacheInfo:
+def cache_info(runtime_dir: str | None = None, *, processes: bool = True) -> CacheInfo:
     """The running server's status and entries (:class:`overmind.inspection.CacheInfo`, ``running=False`` when
-    none runs); never starts a server."""
+    none runs); never starts a server. ``processes=False`` leaves out which processes map each entry (found
+    by reading each process's ``/proc/<pid>/maps``): ``mapped_by`` is then None."""
     from .inspection import cache_info as _cache_info
 
-    return _cache_info(runtime_dir)
+    return _cache_info(runtime_dir, processes=processes)
 
 
 def evict(*prefixes: str, all: bool = False, dry_run: bool = False, with_deps: bool = False,
           runtime_dir: str | None = None) -> EvictResult:
     """Evict entries by unique prefixes of their keys or entry ids (or ``all=True``); ``dry_run`` only says
     what would go and how many bytes it would free; ``with_deps`` also evicts what only they reference. Raises
-    :class:`overmind.inspection.NoSuchEntry` for a prefix naming none (an empty one included),
-    :class:`overmind.inspection.AmbiguousPrefix` for one naming several, and
-    :class:`overmind.inspection.EvictUsage` for no prefix without ``all``, or prefixes with it."""
+    :class:`overmind.NoSuchEntry` for a prefix naming none (an empty one included),
+    :class:`overmind.AmbiguousPrefix` for one naming several, and
+    :class:`overmind.EvictUsage` for no prefix without ``all``, or prefixes with it (each a
+    :class:`overmind.OvermindError`)."""
     from .inspection import evict as _evict
 
     return _evict(*prefixes, all=all, dry_run=dry_run, with_deps=with_deps, runtime_dir=runtime_dir)
 
 
 def __getattr__(name: str) -> Any:
-    if name == "hookimpl":
-        from .adapters.hookspecs import hookimpl
+    module = _LATER.get(name)
+    if module is None:
+        raise AttributeError(f"module 'overmind' has no attribute {name!r}")
+    from importlib import import_module
 
-        return hookimpl
-    raise AttributeError(f"module 'overmind' has no attribute {name!r}")
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value

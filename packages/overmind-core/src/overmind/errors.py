@@ -1,13 +1,16 @@
 """The exception tree: :class:`OvermindError` at its root, and the errors several parts raise or catch
 (``Unkeyable``, ``PicklingFailed``, ``ServerUnavailable``, ...).
 
-Every exception Overmind raises on purpose derives from :class:`OvermindError` (``except OvermindError``
-catches them all); one that also means a builtin category keeps it as a second base (``PatchError`` is a
-``RuntimeError`` too). ``Unkeyable`` lives here because the key's walk (canon), the file fingerprints and
-the hooks all raise or catch it; ``PicklingFailed`` because the adapters catch it too (the kit hands it on). The
-others live beside what raises them: ``PatchError`` (adapters.patching), ``AdapterError`` (adapters.discovery),
-``CacheBypassed`` (fallback), ``LayoutError`` (shm.layout), ``ArgumentMismatch`` (entries.arguments_ref),
-``ExtensionUnavailable`` (native.zerocopy), ``StoreError`` and ``NotSealed`` (server).
+Every exception Overmind raises on purpose derives from :class:`OvermindError` (``except
+OvermindError`` catches them all); one that also means a builtin category keeps it as a second base
+(``PatchError`` is a ``RuntimeError`` too). ``Unkeyable`` lives here because the key's walk (canon),
+the file fingerprints and the hooks all raise or catch it (an adapter raises it as
+``overmind.adapter.Uncacheable``); ``PicklingFailed`` because the adapters catch it too;
+``NotCacheable`` and ``NotCachedByDesign`` because adapters raise them and the fallback reads them.
+The others live beside what raises them: ``PatchError`` (adapters.patching), ``AdapterError``
+(adapters.discovery), ``CacheBypassed`` (fallback), ``LayoutError`` (shm.layout),
+``ArgumentMismatch`` (entries.arguments_ref), ``ExtensionUnavailable`` (native.zerocopy),
+``StoreError`` and ``NotSealed`` (server). The public ones are exported from ``overmind``.
 
 Every message says what happened, why, and what to do, because these reach the user's terminal through
 ``overmind.load`` warnings and the ``overmind`` command.
@@ -58,3 +61,22 @@ class PicklingFailed(OvermindError):
             f"{type(pickle_error).__name__}: {pickle_error}; dill said {type(dill_error).__name__}: {dill_error}. "
             f"An adapter can add a reducer for the offending type (hook overmind_reducers)."
         )
+
+
+class NotCacheable(OvermindError, RuntimeError):
+    """An adapter's word that the loaded object cannot be cached, raised while a result is readied
+    for pickling: the user keeps the object, and the message, which says why and what to do, is the
+    one warning."""
+
+    has_fix = True  # the core adds no generic advice after this message
+
+
+class NotCachedByDesign(NotCacheable):
+    """The loaded object is one the adapter never caches, by design (a model dispatched over devices
+    with disk offload): the call is logged at INFO with the message, never warned, even under
+    ``OVERMIND_STRICT=1``. A warning is for a fault the user can act on; a refusal by design is not.
+
+    >>> raise NotCachedByDesign(f"{label('mylib')}: {loader.name} returned a model offloaded to disk")
+    """
+
+    by_design = True  # what overmind.fallback reads

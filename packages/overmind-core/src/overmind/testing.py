@@ -1,5 +1,6 @@
-"""pytest helpers for Overmind and for adapter authors, registered as the pytest plugin ``overmind``: the
-``overmind_runtime`` fixture, :func:`run_fresh` and the conformance checks every adapter should pass.
+"""The public test kit, registered as the pytest plugin ``overmind``: the ``overmind_runtime`` fixture,
+:func:`run_fresh`, the conformance checks every adapter should pass, and the core's parts as an adapter's tests
+reach them (an adapter's tests import nothing else of the core but ``overmind`` and ``overmind.adapter``).
 
 Fixtures:
 
@@ -24,6 +25,20 @@ Functions:
       def test_conformance(overmind_runtime):
           check_targets_resolve("mylib")
           check_patch_symmetry("mylib")
+
+The core's parts as an adapter's tests reach them (each imports its part when called):
+
+* adapters: :func:`forget_adapters`, :func:`adapter_state`, :func:`plugin_manager`,
+  :func:`hookspec_manager`, :func:`adapter_reducers`, :func:`patched_targets`, :func:`unpatch`;
+* entries: :func:`roundtrip` (an object through the entry codec and a sealed memfd, as a hit
+  rebuilds it), :func:`entry_skeleton`, :func:`mapped_entry`;
+* keys: :func:`canonical_form`, :func:`origin_of`;
+* loads: :func:`load_scope`, :func:`load_running`, :func:`stop_recording_writes`,
+  :func:`set_thresholds` (a tiny model takes the path a full-size one takes).
+
+An adapter's tests import nothing of ``overmind`` but ``overmind``, ``overmind.adapter`` and this
+module (``packages/overmind-core/tests/test_import_graph.py`` holds them to it): a name they need goes
+here, in ``__all__``.
 """
 from __future__ import annotations
 
@@ -38,11 +53,23 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import pytest
 
-from .client.launcher import server_pids  # noqa: F401  (re-exported for tests)
+from .client.launcher import server_pids
+
+__all__ = [
+    # a private server, fresh processes and what they report
+    "overmind_runtime", "isolated_runtime", "stop_servers", "server_pids", "run_fresh", "report",
+    "RESULT_MARK", "record_call", "recorded_calls", "clear_calls", "overmind_mapped", "mapped_path",
+    # conformance checks
+    "check_cached_like_plain", "check_claims_only_its_own", "check_targets_resolve", "check_patch_symmetry",
+    # the core's parts as an adapter's tests reach them
+    "forget_adapters", "adapter_state", "plugin_manager", "hookspec_manager", "adapter_reducers",
+    "patched_targets", "unpatch", "roundtrip", "entry_skeleton", "mapped_entry", "canonical_form", "origin_of",
+    "load_scope", "load_running", "stop_recording_writes", "set_thresholds",
+]
 
 RESULT_MARK = "OVERMIND-RESULT:"
 _CALLS: dict[str, list] = {}
@@ -294,3 +321,175 @@ def check_patch_symmetry(name: str) -> list:
             assert vars(t.owner)[t.name] is original, f"deactivate() did not restore {t.describe()} by identity"
         assert not patching.is_patched(t.owner, t.name)
     return targets
+
+
+# --- the core's parts, as an adapter's tests reach them ---------------------------------------------------
+
+def forget_adapters() -> None:
+    """Deactivate and forget every adapter: the next ``overmind.activate()`` or load discovers them
+    again (with the ``OVERMIND_DISABLED_ADAPTERS`` of that moment)."""
+    from . import activation
+
+    activation.reset()
+
+
+def adapter_state(name: str) -> Any:
+    """What discovery and activation know of adapter ``name``: ``status`` (``"loaded"``,
+    ``"skipped"``, ``"disabled"``, ``"failed"``), ``reason``, ``dist``, ``targets``; KeyError for a
+    name discovery did not see."""
+    from .adapters import discovery
+
+    return discovery.states()[name]
+
+
+def plugin_manager() -> Any:
+    """The pluggy plugin manager the core calls the hooks through, every discovered adapter registered
+    in discovery order (made now if no hook was called yet)."""
+    from .adapters import discovery
+
+    return discovery.get_manager()
+
+
+def hookspec_manager() -> Any:
+    """A new pluggy plugin manager that holds Overmind's hook specifications and no adapter: register
+    a plugin module there and ``check_pending()`` checks its hooks against the specifications."""
+    from .adapters import discovery
+
+    return discovery.new_manager()
+
+
+def adapter_reducers() -> Mapping[type, list]:
+    """The live adapters' ``overmind_reducers``, merged as the pickler takes them:
+    ``{type: [reducer, ...]}`` in hook order."""
+    from .adapters import hooks
+
+    return hooks.reducers()
+
+
+def patched_targets() -> list:
+    """Every :class:`overmind.adapter.PatchTarget` patched in this process now, in patch order."""
+    from .adapters import patching
+
+    return patching.patched_targets()
+
+
+def unpatch(target: Any) -> bool:
+    """Put back what ``target`` replaced, by identity (what ``deactivate()`` does for each target);
+    False where it was not patched."""
+    from .adapters import patching
+
+    return patching.restore(target)
+
+
+def roundtrip(obj: Any, reducers: Any = None, *, storages: bool = True) -> Any:
+    """``obj`` pickled as an entry is (its storages out of band) and rebuilt as a hit rebuilds it.
+
+    ``reducers`` maps types to a reducer or a list of them (default: :func:`adapter_reducers`). The
+    storages are written into a sealed memfd, and the copy's tensors lie in a private copy-on-write
+    mapping of it (:func:`overmind_mapped` is true of their addresses): what ``overmind.load`` does,
+    without the server. ``storages=False``: ``obj`` must pickle without a storage out of band (a
+    tokenizer); nothing is written or mapped.
+    """
+    from .entries import pickling
+
+    pickled = pickling.dumps(obj, adapter_reducers() if reducers is None else reducers,
+                             reference_mapped=False)
+    if not storages:
+        assert pickled.storages == [], f"{len(pickled.storages)} storages were pickled out of band"
+
+        def no_storages(where: Any, offset: int, nbytes: int) -> Any:
+            raise AssertionError("the object was pickled without storages")
+
+        return pickling.loads(pickled.skeleton, no_storages, pickled.pickler)
+    from .shm.reader import EntryMapping
+    from .shm.writer import write_entry
+
+    fd = write_entry(pickled.skeleton, pickled.storages, pickled.data_len, name="overmind:roundtrip")
+    try:
+        entry = EntryMapping("roundtrip", fd)
+    finally:
+        os.close(fd)
+    return pickling.loads(entry.skeleton(), lambda where, offset, nbytes: entry.storage(offset, nbytes),
+                          pickled.pickler)
+
+
+def entry_skeleton(key: str) -> bytes:
+    """The skeleton of the entry under ``key`` on this test's server (the pickle of its object graph,
+    storages left out), read from a private mapping; reading it is no use of the entry."""
+    from .client.connection import get_client
+    from .shm.reader import EntryMapping
+
+    res = get_client().get(key, claim=False, wait=False, quiet=True)
+    assert res.status == "hit" and res.entry is not None, f"no entry under {key}: {res.status}"
+    entry_id = res.entry["entry_id"]
+    try:
+        return bytes(EntryMapping(entry_id, res.fds[entry_id]).skeleton())
+    finally:
+        for fd in res.fds.values():
+            os.close(fd)
+
+
+def mapped_entry(address: int, nbytes: int) -> str | None:
+    """The id of the entry whose mapping in this process holds ``[address, address + nbytes)`` with
+    its pages still as mapped, else None (a private copy, or no entry's memory)."""
+    from .shm import mappings
+
+    where = mappings.locate(address, nbytes)
+    return None if where is None else where.entry_id
+
+
+def canonical_form(value: Any, key_for_value: Any = None) -> Any:
+    """What a cache key holds of argument ``value``: its canonical form, with ``key_for_value`` (an
+    adapter's ``overmind_key_for_value``) asked first for each value met; raises
+    :class:`overmind.Uncacheable` for a value that cannot be described."""
+    from .keys import key
+
+    return key.canon(value, key_for_value)
+
+
+def origin_of(obj: Any) -> str | None:
+    """The key of the entry (or first load) ``obj`` provably still is, which keys it when it is passed
+    to a later load; None where it is keyed by its content."""
+    from .keys import provenance
+
+    return provenance.origin_of(obj)
+
+
+def load_scope() -> Any:
+    """A context manager that opens a load's scope in this process, as ``overmind.load`` does around
+    a call: ``overmind.adapter.load_memo`` keeps what is put there until the outermost scope ends."""
+    from .loading import scope
+
+    return scope.scope()
+
+
+def load_running() -> bool:
+    """Whether a load's scope is open in this process (:func:`load_scope`)."""
+    from .loading import scope
+
+    return scope.active()
+
+
+def stop_recording_writes() -> None:
+    """Turn off, in this process, the core's recording of what a miss's loader writes outside its
+    result (registries, class attributes, module globals): a hit then makes only the writes an adapter
+    declares. For a test of such a declaration."""
+    from .loading.writes import changes, recording
+
+    recording.start = lambda: None
+    recording.finish = lambda before: changes.Found()
+
+
+def set_thresholds(*, arena: int | None = None, own_bytes_digested: int | None = None) -> None:
+    """Lower the core's size thresholds in this process, so that a tiny model takes the path a
+    full-size one takes: ``arena``, the size from which a miss's allocations go to its load arena
+    (1 MiB); ``own_bytes_digested``, the bytes of its own a first load's result may hold and still be
+    keyed by its call, checked by a digest (16 MiB)."""
+    if arena is not None:
+        from .shm import arena as load_arena
+
+        load_arena.THRESHOLD = arena
+    if own_bytes_digested is not None:
+        from .keys import provenance
+
+        provenance.OWN_BYTES_DIGESTED = own_bytes_digested

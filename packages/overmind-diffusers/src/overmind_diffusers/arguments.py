@@ -15,7 +15,7 @@
 """
 from __future__ import annotations
 
-from overmind.adapter import uncacheable, version_of
+from overmind.adapter import Uncacheable, version_of
 from overmind_hf import arguments as common
 
 TYPE_CHECKING = False
@@ -49,7 +49,7 @@ def normalise(loader: Any, arguments: dict[str, Any]) -> list[tuple]:
     """Normalise ``arguments`` of a diffusers loader in place; return the extra key parts. Raises
     :class:`overmind.adapter.Uncacheable` for a state dict."""
     if isinstance(arguments.get(SINGLE_FILE_DICT), dict):
-        raise uncacheable("from_single_file was given a state dict, not a file")
+        raise Uncacheable("from_single_file was given a state dict, not a file")
     fold_dtype(arguments)
     parts = common.hub_parts(arguments)
     common.drop_fetch_only(arguments)

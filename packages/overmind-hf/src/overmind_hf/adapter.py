@@ -43,7 +43,6 @@ from overmind.adapter import (
     owns,
     raise_users,
     resolve_roots,
-    uncacheable,
     waiting_modules,
     warn,
 )
@@ -129,7 +128,7 @@ class HubAdapter:
             raise_users(e)
             warn(f"overmind: {label(adapter)} could not read the arguments of {loader.name} ({type(e).__name__}: "
                  f"{e}); loaded without the cache. Please report this with your {adapter} version.")
-            raise uncacheable(f"{adapter} adapter could not read the arguments: {e}") from e
+            raise Uncacheable(f"{adapter} adapter could not read the arguments: {e}") from e
 
     @hookimpl
     def overmind_key_for_value(self, value: Any) -> Any:

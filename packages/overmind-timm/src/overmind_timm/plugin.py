@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from overmind.adapter import Function, SelfCheck, collect, fingerprint, get_original, hookimpl, owns, uncacheable
+from overmind.adapter import Function, SelfCheck, Uncacheable, collect, fingerprint, get_original, hookimpl, owns
 
 ADAPTER = "timm"
 CREATE = (Function("timm.models._factory:create_model"),)
@@ -38,7 +38,7 @@ def overmind_key_parts(loader: Any, arguments: dict[str, Any]) -> Any:
     if owns(loader, CREATE):
         return _create_model_parts(arguments)
     if owns(loader, STATE_DICT) and _inside_create_model():
-        raise uncacheable("read inside timm.create_model, whose own entry holds these weights")
+        raise Uncacheable("read inside timm.create_model, whose own entry holds these weights")
     return None
 
 
@@ -59,7 +59,7 @@ def _create_model_parts(arguments: dict[str, Any]) -> Any:
 
 
 def _not_from_a_file(name: Any, what: str) -> Exception:
-    return uncacheable(f"{name!r}: {what}, not from a file the call names; pass "
+    return Uncacheable(f"{name!r}: {what}, not from a file the call names; pass "
                        f"pretrained_cfg_overlay=dict(file=PATH) to cache it")
 
 

@@ -78,8 +78,8 @@ _manager: Any = None
 _discovered = False
 _pending: list[tuple[str, Any]] = []  # (name, plugin) of the adapters discovery loaded, in order, to register
 _states: dict[str, AdapterState] = {}
-# Module names whose code an adapter keys and carries itself (the kit's code_keyed_by_adapter): no entry varies with
-# their files (loading/code_deps.py).
+# Module names whose code an adapter keys and carries itself (code_keyed_by_adapter): no entry varies
+# with their files (loading/code_deps.py).
 code_keyed_prefixes: set[str] = set()
 _generation = 0  # changes whenever an adapter is registered or forgotten: caches of hook results key on it
 
@@ -232,14 +232,20 @@ def get_manager(strict: bool = False) -> Any:
     with lock:
         discover_installed(strict)
         if _manager is None:
-            import pluggy
-
-            pm = pluggy.PluginManager(hookspecs.PROJECT)
-            pm.add_hookspecs(hookspecs)
+            pm = new_manager()
             _manager = pm
             _register_pending(pm)
             _generation += 1
         return _manager
+
+
+def new_manager() -> Any:
+    """A new pluggy plugin manager that holds the hook specifications and no adapter."""
+    import pluggy
+
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    return pm
 
 
 def _register_pending(pm: Any) -> None:
@@ -278,6 +284,17 @@ def live_names() -> frozenset[str]:
 def generation() -> int:
     """A number that changes whenever the set of registered adapters does."""
     return _generation
+
+
+def code_keyed_by_adapter(*prefixes: str) -> None:
+    """Say that modules under these names (``"transformers_modules"``) hold code this adapter keys
+    itself and carries in its entries (a library's copies of a model folder's code): the core then
+    does not make an entry vary with their files (a loader's user modules do, see
+    ``overmind/loading/code_deps.py``).
+
+    >>> code_keyed_by_adapter("transformers_modules", "diffusers_modules")
+    """
+    code_keyed_prefixes.update(prefixes)
 
 
 def forget() -> None:

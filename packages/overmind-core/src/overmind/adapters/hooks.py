@@ -8,8 +8,8 @@ read from ``hookspecs.SPECS``, never decided here: each function names its hook 
 
 Each adapter's hook is called on its own, the last registered first (pluggy's order, ``tryfirst`` and
 ``trylast`` honoured): a failing adapter is named in one warning and skipped (raised under
-``OVERMIND_STRICT=1``), except that :class:`~overmind.keys.key.Unkeyable` passes through, an adapter's way to say
-"do not cache this call".
+``OVERMIND_STRICT=1``), except that :class:`~overmind.errors.Unkeyable` passes through: an adapter raises it as
+``overmind.adapter.Uncacheable`` to say "do not cache this call".
 
 >>> hooks.key_for_value(BitsAndBytesConfig(load_in_4bit=True))
 ('BitsAndBytesConfig', {...})

@@ -5,10 +5,9 @@ which processes it runs (its :class:`When`); the ``hookimpl``/``hookspec`` marke
 An adapter is a module (or object) registered under the entry-point group ``overmind.adapters``; it
 implements any of the hooks below with ``@overmind.hookimpl``. Example (``overmind_mylib/plugin.py``)::
 
-    import overmind
-    from overmind.adapters.patching import PatchTarget
+    from overmind.adapter import PatchTarget, hookimpl
 
-    @overmind.hookimpl
+    @hookimpl
     def overmind_patch_targets():
         import mylib
         return [PatchTarget(mylib.Model, "load", kind="classmethod")]
@@ -107,7 +106,7 @@ class When(str, enum.Enum):
     ALWAYS = "in every process"
 
 
-class Spec(Frozen):
+class HookSpec(Frozen):
     """One hook: its name, how results combine, where it runs, and its parameters (a CHAINED hook passes its
     first one on)."""
 
@@ -122,7 +121,7 @@ class Spec(Frozen):
             object.__setattr__(self, f, v)
 
 
-SPECS: dict[str, Spec] = {}
+SPECS: dict[str, HookSpec] = {}
 
 
 def _declare(kind: Kind, when: When) -> Callable[[Callable], Callable]:
@@ -130,7 +129,7 @@ def _declare(kind: Kind, when: When) -> Callable[[Callable], Callable]:
         code = fn.__code__
         assert not code.co_flags & 0x0C, f"hookspec {fn.__name__}: no *args or **kwargs"  # CO_VARARGS | CO_VARKEYWORDS
         args = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]  # its parameters, in order
-        SPECS[fn.__name__] = Spec(fn.__name__, kind, when, args)
+        SPECS[fn.__name__] = HookSpec(fn.__name__, kind, when, args)
         return hookspec(firstresult=kind is Kind.FIRST)(fn)
 
     return declare
@@ -138,7 +137,7 @@ def _declare(kind: Kind, when: When) -> Callable[[Callable], Callable]:
 
 @_declare(Kind.ALL, When.LIVE)
 def overmind_patch_targets() -> Sequence[PatchTarget]:
-    """Return the loaders this adapter caches, as a list of :class:`overmind.adapters.patching.PatchTarget`.
+    """Return the loaders this adapter caches, as a list of :class:`overmind.adapter.PatchTarget`.
 
     Called by ``overmind.activate()``, for each adapter on its own, once its library is imported. Each
     target's attribute is replaced by a wrapper that routes the call through ``overmind.load``;
@@ -258,5 +257,6 @@ def overmind_key_parts(loader: Loader, arguments: dict[str, Any]) -> Sequence[An
     ``arguments`` maps parameter names to values after binding to the loader's signature with defaults
     applied (``**kwargs`` flattened into it). Use it to add what the arguments do not show, for example the
     resolved revision of a Hub snapshot, or to fold aliases (``torch_dtype=`` into ``dtype=``). Raise
-    :class:`overmind.keys.key.Unkeyable` to leave this one call uncached (the loader runs directly, debug log only).
+    :class:`overmind.adapter.Uncacheable` to leave this one call uncached (the loader runs directly, debug
+    log only).
     """

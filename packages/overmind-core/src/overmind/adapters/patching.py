@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
     Route = Callable[..., Any]  # route(loader, *args, **kwargs): what a patched loader calls instead
 
-__all__ = ["PatchTarget", "PatchError", "apply", "restore", "is_patched", "get_original", "patched_targets",
-           "routed_classmethods"]
+__all__ = ["PatchTarget", "PatchError", "apply", "patch_now", "restore", "is_patched", "get_original",
+           "patched_targets", "routed_classmethods"]
 
 _KINDS = ("classmethod", "function", "staticmethod", "replace")
 
@@ -184,6 +184,14 @@ def apply(target: PatchTarget, route: Route | None = None) -> bool:
         _records[slot] = _Record(target, original, had_own)
         user_frame.count_patched(target.owner, 1)
         return True
+
+
+def patch_now(target: PatchTarget) -> bool:
+    """Install ``target``, a ``kind="replace"`` patch, at once: for a replacement an adapter decides
+    on while it runs (a conversion it takes over the first time it is met) rather than one it lists in
+    ``overmind_patch_targets``. The original is kept in the one registry (:func:`get_original`);
+    returns False where ``target`` is patched already."""
+    return apply(target)
 
 
 def restore(target: PatchTarget) -> bool:
