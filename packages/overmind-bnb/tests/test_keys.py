@@ -4,14 +4,14 @@ from __future__ import annotations
 import torch
 from transformers import BitsAndBytesConfig
 
-from overmind.keys import key
+from overmind.testing import canonical_form
 from overmind_bnb import plugin
 from overmind_bnb.keys import config_stand_in, key_parts
 
 
 def canon(value):
     """The core's canonical form with this adapter's hook, as ``overmind.load`` computes it."""
-    return key.canon(value, plugin.overmind_key_for_value)
+    return canonical_form(value, plugin.overmind_key_for_value)
 
 
 def test_explicit_defaults_and_dtype_spellings_give_one_key():

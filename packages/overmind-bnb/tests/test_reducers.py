@@ -1,6 +1,6 @@
 """Reducers for Params4bit / Int8Params: type, quantization state and identity survive, bytes are not copied.
 
-Round trips use Overmind's own pickler over an in-memory buffer (``Roundtrip``) and, once, the standard
+Round trips use Overmind's own pickler and a sealed memfd, as a hit does (``Roundtrip``), and, once, the standard
 library's pickle, so the reducers are proven before any server is involved.
 """
 from __future__ import annotations
@@ -71,7 +71,7 @@ def test_linear4bit_keeps_type_state_identity_and_output(quant_type, nested):
         assert getattr(cw, attr) == getattr(w, attr), attr
     # The cycles bitsandbytes relies on are one object each, not copies.
     assert cw.module is copy.fc4 and copy.fc4.quant_state is cw.quant_state
-    # Zero-copy: the packed weight and its statistics are views of the buffer standing in for the memfd.
+    # Zero-copy: the packed weight and its statistics are views of the entry's mapping.
     assert rt.in_buffer(cw) and rt.in_buffer(cw.quant_state.absmax) and rt.in_buffer(cw.quant_state.code)
     with torch.no_grad():
         assert torch.equal(copy(X), net(X))
@@ -85,7 +85,7 @@ def test_int8params_keep_cb_scb_and_output():
     cw = rt.obj.fc8.weight
     assert type(cw) is Int8Params and cw.dtype == torch.int8 and not cw.has_fp16_weights
     assert torch.equal(cw.data, w.data) and torch.equal(cw.SCB, w.SCB)
-    # CB and the parameter are one storage, as bitsandbytes made them, and it lies in the buffer.
+    # CB and the parameter are one storage, as bitsandbytes made them, and it lies in the entry's mapping.
     assert cw.CB.data_ptr() == cw.data_ptr() and rt.in_buffer(cw) and rt.in_buffer(cw.SCB)
     with torch.no_grad():
         assert torch.equal(rt.obj(X), net(X))

@@ -123,12 +123,11 @@ CACHED = textwrap.dedent('''
     import overmind
     overmind.activate()
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
-    from overmind.client.connection import get_client
     from overmind.testing import report
 
     def server_state():
-        entries = get_client().ls()
-        return len(entries), sum(e["hits"] for e in entries)
+        entries = overmind.cache_info(processes=False).entries
+        return len(entries), sum(e.hits for e in entries)
 
     bnb_before = "bitsandbytes" in sys.modules
     entries0, hits0 = server_state()
@@ -141,9 +140,8 @@ CACHED = textwrap.dedent('''
 
 REFERENCE = textwrap.dedent('''
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
-    from overmind.testing import report
-    from overmind.adapters import patching
-    assert not patching.patched_targets()  # the plain loader: nothing routed through the cache
+    from overmind.testing import patched_targets, report
+    assert not patched_targets()  # the plain loader: nothing routed through the cache
     out = {}
     for name, kwargs in %(variants)s:
         model = AutoModelForCausalLM.from_pretrained(os.environ["CKPT"], **eval(kwargs))  # as loaded (shm/placer.py)
@@ -259,8 +257,7 @@ FINDING_9 = textwrap.dedent('''
     import overmind
     overmind.activate()
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
-    from overmind.shm import mappings
-    from overmind.testing import report
+    from overmind.testing import mapped_entry, report
     from overmind_bnb import packing
 
     PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -271,8 +268,7 @@ FINDING_9 = textwrap.dedent('''
         for name, p in model.named_parameters():
             if type(p).__name__ == "Params4bit":
                 s = p.untyped_storage()
-                loc = mappings.locate(s.data_ptr(), s.nbytes())
-                out[name] = None if loc is None else loc.entry_id
+                out[name] = mapped_entry(s.data_ptr(), s.nbytes())
         return out
 
     def pages(t):
@@ -363,17 +359,16 @@ def _repacks_4bit_for_this_cpu() -> bool:
 def in_process(overmind_runtime, monkeypatch):
     """Loads through the cache in this process (strict: a fallback fails the test); afterwards the adapters
     are forgotten and bitsandbytes' conversion is put back, so no other test sees this one's state."""
-    from overmind import activation
-    from overmind.adapters import patching
+    from overmind.testing import forget_adapters, patched_targets, unpatch
 
     monkeypatch.setenv("OVERMIND_STRICT", "1")
     monkeypatch.setenv("OVERMIND_DISABLED_ADAPTERS", "fixture,fixture_broken,future")
-    activation.reset()
+    forget_adapters()
     yield
-    activation.reset()
-    for target in patching.patched_targets():
+    forget_adapters()
+    for target in patched_targets():
         if target.adapter == "bnb" and target.name == "_convert_weight_packed_for_cpu":
-            patching.restore(target)
+            unpatch(target)
 
 
 @pytest.mark.parametrize("first_use", list(FIRST_USES))

@@ -5,6 +5,9 @@ too). No module is exempt."""
 from __future__ import annotations
 
 import ast
+import importlib
+import re
+import textwrap
 from pathlib import Path
 
 import overmind
@@ -140,22 +143,113 @@ def test_the_fixture_adapter_needs_nothing_of_overmind_but_the_kit():
     assert {m for m in used if m.split(".")[0] == "overmind"} == {"overmind.adapter"}, sorted(used)
 
 
-def test_the_adapters_import_only_the_public_kit():
-    """Every adapter (``packages/overmind-*`` but the core) is written against ``overmind``, ``overmind.adapter``
-    and ``overmind.testing`` alone: what it needs of the core is kit API."""
-    packages = Path(__file__).resolve().parents[2]
-    public = {"overmind", "overmind.adapter", "overmind.testing"}
-    used = {}
-    for path in sorted(packages.glob("overmind-*/src/**/*.py")):
-        if path.is_relative_to(packages / "overmind-core"):
+PUBLIC = ("overmind", "overmind.adapter", "overmind.testing")
+# an import line in a script a test hands to a fresh process (a string): `from overmind.x import a, b`
+# or `import overmind.x`
+_FROM_LINE = re.compile(r"^[ \t]*from\s+(overmind(?:\.\w+)*)\s+import\s+(\([^)]*\)?|[^\n]*)", re.M)
+_IMPORT_LINE = re.compile(r"^[ \t]*import\s+(overmind(?:\.\w+)*)", re.M)
+
+
+def public_names(module: str) -> set[str]:
+    """What ``module`` (one of :data:`PUBLIC`) offers: its ``__all__``, and for ``overmind`` the other
+    public modules."""
+    names = set(importlib.import_module(module).__all__)
+    return names | {"adapter", "testing"} if module == "overmind" else names
+
+
+def _imports_in_code(tree: ast.AST) -> list[tuple[str, list[str]]]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(a.name, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            found.append((node.module or "", [a.name for a in node.names]))
+    return found
+
+
+def _strings(tree: ast.AST) -> list[str]:
+    """The text of every string in ``tree``, an f-string's fields left as ``{}``."""
+    out = []
+    parts = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for v in node.values}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in parts:
+            out.append(node.value)
+        elif isinstance(node, ast.JoinedStr):
+            out.append("".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values))
+    return out
+
+
+def _names(imported: str) -> list[str]:
+    """The names of ``a, b as c`` or ``(a,\n b)``, comments and f-string fields left out."""
+    text = " ".join(line.partition("#")[0] for line in imported.strip("()").splitlines())
+    return [n.split()[0] for n in text.split(",") if n.strip() and n.split()[0].isidentifier()]
+
+
+def _imports_in_text(text: str) -> list[tuple[str, list[str]]]:
+    found = [(m[1], _names(m[2])) for m in _FROM_LINE.finditer(text)]
+    return found + [(m[1], []) for m in _IMPORT_LINE.finditer(text)]
+
+
+def private_uses(path: Path) -> list[str]:
+    """What ``path`` imports of ``overmind`` beyond the public kit, in its code and in the scripts its
+    strings hold (a file that does not parse, a template, is read as one script): a module other
+    than :data:`PUBLIC` (``from overmind import shm`` names one), or a name one of them does not
+    list in ``__all__``."""
+    text = path.read_text()
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        imports = _imports_in_text(text)
+    else:
+        imports = _imports_in_code(tree) + [i for s in _strings(tree) for i in _imports_in_text(s)]
+    out = []
+    for module, names in imports:
+        if module.split(".")[0] != "overmind":
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            if isinstance(node, ast.ImportFrom) and not node.level:  # `from overmind import shm` names a module
-                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names
-                                               if f"{node.module}.{a.name}" in MODULES]
-            for name in names:
-                if name.split(".")[0] == "overmind" and name not in public:
-                    used.setdefault(name, []).append(path.relative_to(packages).as_posix())
-    assert len(list(packages.glob("overmind-*/src"))) > 2
-    assert not used, f"adapters import private modules of the core: {used}"
+        if module not in PUBLIC:
+            out.append(module)
+            continue
+        out += [f"{module}.{name}" for name in names if name not in public_names(module)]
+    return out
+
+
+def test_the_adapters_and_their_tests_import_only_the_public_kit():
+    """Every adapter (``packages/*`` but the core) and its tests, the scripts they run in fresh
+    processes included, are written against ``overmind``, ``overmind.adapter`` and
+    ``overmind.testing`` alone: what an adapter or its tests need of the core is kit API, named in
+    those modules' ``__all__``."""
+    packages = Path(__file__).resolve().parents[2]
+    core = packages / "overmind-core"
+    paths = sorted(packages.glob("overmind-*/src/**/*.py")) + sorted(packages.glob("*/tests/**/*.py"))
+    used: dict[str, list[str]] = {}
+    for path in paths:
+        if not path.is_relative_to(core):
+            for name in private_uses(path):
+                used.setdefault(name, []).append(path.relative_to(packages).as_posix())
+    assert len(list(packages.glob("overmind-*/src"))) > 2 and len(list(packages.glob("*/tests"))) > 2
+    assert not used, (f"adapters or their tests import what the kit does not offer: {used}. Use a "
+                      f"public name (overmind.adapter, overmind.testing, overmind), or give the "
+                      f"thing one there (docs/architecture.md, 'Where to make a change').")
+
+
+def test_private_uses_finds_code_and_scripts(tmp_path):
+    path = tmp_path / "test_x.py"
+    path.write_text(textwrap.dedent('''
+        from overmind import activation, testing
+        from overmind.testing import _reported, run_fresh
+        import overmind.adapter
+
+        SCRIPT = """
+        from overmind.shm import mappings
+        import overmind.keys.key
+        """
+        LATER = f"""
+        from overmind.testing import (report,
+                                      {"x"})
+        from overmind.loading import scope
+        """
+    '''))
+    assert sorted(private_uses(path)) == ["overmind.activation", "overmind.keys.key", "overmind.loading",
+                                          "overmind.shm", "overmind.testing._reported"]
+    path.write_text("from overmind.client.connection import get_client\n{{ a template }}\n")
+    assert private_uses(path) == ["overmind.client.connection"]

@@ -7,7 +7,7 @@ import pytest
 from _support.adapter_testlib import PRELUDE, active, fresh_runner  # noqa: F401  (active: a fixture for the tests)
 
 DIFFUSERS_PRELUDE = '''
-from overmind.shm import mappings
+from overmind.testing import mapped_entry
 
 
 def weight_entries(module):
@@ -16,8 +16,7 @@ def weight_entries(module):
     for t in list(module.parameters()) + list(module.buffers()):
         if t.numel():
             s = t.untyped_storage()
-            loc = mappings.locate(s.data_ptr(), s.nbytes())
-            out.add(loc.entry_id if loc else None)
+            out.add(mapped_entry(s.data_ptr(), s.nbytes()))
     return sorted(out, key=str)
 
 

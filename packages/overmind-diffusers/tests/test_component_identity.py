@@ -38,14 +38,9 @@ def skeleton_classes(entry):
     """The classes and functions the entry's skeleton refers to by name (its pickle's global references):
     the class of every object pickled in it is among them."""
     import pickletools
-    from overmind.shm.reader import EntryMapping
+    from overmind.testing import entry_skeleton
 
-    res = get_client().get(entry["key"], claim=False, wait=False)
-    try:
-        skeleton = bytes(EntryMapping(entry["entry_id"], res.fds[entry["entry_id"]]).skeleton())
-    finally:
-        for fd in res.fds.values():
-            os.close(fd)
+    skeleton = entry_skeleton(entry["key"])
     found, memo, pushed = set(), {}, []
     for op, arg, _ in pickletools.genops(skeleton):
         if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE"):

@@ -7,8 +7,8 @@ import warnings
 
 import pytest
 
-from overmind import activation
-from overmind.fallback import OvermindWarning
+import overmind
+from overmind import OvermindWarning
 from overmind.testing import check_patch_symmetry, check_targets_resolve
 
 
@@ -38,11 +38,11 @@ def test_deactivate_restores_the_identical_objects():
               (diffusers.SchedulerMixin, "from_pretrained"), (FromSingleFileMixin, "from_single_file"),
               (diffusers.AutoPipelineForText2Image, "from_pretrained")]
     before = [vars(o)[n] for o, n in owners]
-    activation.activate()
+    overmind.activate()
     try:
         assert all(vars(o)[n] is not b for (o, n), b in zip(owners, before))
     finally:
-        activation.deactivate()
+        overmind.deactivate()
     assert all(vars(o)[n] is b for (o, n), b in zip(owners, before))
     assert "from_pretrained" not in vars(diffusers.UNet2DConditionModel)
 
@@ -68,4 +68,4 @@ def test_a_target_that_cannot_be_patched_warns_with_adapter_target_and_versions(
 @pytest.fixture(autouse=True)
 def _always_deactivated():
     yield
-    activation.deactivate()
+    overmind.deactivate()

@@ -61,14 +61,14 @@ def test_single_file_given_a_state_dict_runs_uncached_without_warning(active, tm
     """What a pipeline's from_single_file passes to each component: keyed, it would hash every tensor."""
     from diffusers import AutoencoderKL
 
-    from overmind.client.connection import get_client
+    import overmind
 
     folder = tm.build_sd_pipeline(tmp_path / "sd")
     state_dict = AutoencoderKL.from_pretrained(folder, subfolder="vae").state_dict()
-    entries_before = len(get_client().ls())
+    entries_before = len(overmind.cache_info(processes=False).entries)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         vae = AutoencoderKL.from_single_file(state_dict, config=str(folder), subfolder="vae")
     assert overmind_warnings(caught) == []
-    assert len(get_client().ls()) == entries_before
+    assert len(overmind.cache_info(processes=False).entries) == entries_before
     assert tm.state_digest(vae) == tm.state_digest(AutoencoderKL.from_pretrained(folder, subfolder="vae"))

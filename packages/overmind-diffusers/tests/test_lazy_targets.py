@@ -6,7 +6,7 @@ back, and after it an import patches nothing."""
 from __future__ import annotations
 
 LAZY = '''
-from overmind.adapters import patching
+from overmind.adapter import is_patched
 
 overmind.activate()
 import diffusers
@@ -15,7 +15,7 @@ from diffusers import AutoencoderKL, ControlNetModel, StableDiffusionControlNetP
 blog_imported_auto = "diffusers.pipelines.auto_pipeline" in sys.modules
 from diffusers import AutoPipelineForText2Image, AutoPipelineForImage2Image
 
-patched = [patching.is_patched(c, "from_pretrained") for c in (AutoPipelineForText2Image, AutoPipelineForImage2Image)]
+patched = [is_patched(c, "from_pretrained") for c in (AutoPipelineForText2Image, AutoPipelineForImage2Image)]
 
 
 def digest(pipe):
@@ -27,7 +27,7 @@ pipe, new_entries, hits = counted_load(lambda: AutoPipelineForText2Image.from_pr
 cached = digest(pipe)
 overmind.deactivate()
 original = vars(AutoPipelineForText2Image)["from_pretrained"]
-restored = (not patching.is_patched(AutoPipelineForText2Image, "from_pretrained")
+restored = (not is_patched(AutoPipelineForText2Image, "from_pretrained")
             and original.__func__.__qualname__ == "AutoPipelineForText2Image.from_pretrained"
             and original.__func__.__module__ == "diffusers.pipelines.auto_pipeline")
 plain = digest(AutoPipelineForText2Image.from_pretrained(P["ckpt"]))
@@ -36,7 +36,7 @@ report({"blog_imported_auto": blog_imported_auto, "patched": patched, "new_entri
 '''
 
 DEACTIVATED_FIRST = '''
-from overmind.adapters import patching
+from overmind.adapter import is_patched
 
 overmind.activate()
 import diffusers
@@ -45,8 +45,8 @@ from diffusers import AutoencoderKL
 overmind.deactivate()
 from diffusers import AutoPipelineForText2Image
 
-report({"patched": patching.is_patched(AutoPipelineForText2Image, "from_pretrained"),
-        "model_patched": patching.is_patched(diffusers.ModelMixin, "from_pretrained")})
+report({"patched": is_patched(AutoPipelineForText2Image, "from_pretrained"),
+        "model_patched": is_patched(diffusers.ModelMixin, "from_pretrained")})
 '''
 
 

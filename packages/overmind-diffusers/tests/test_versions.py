@@ -12,10 +12,9 @@ import warnings
 
 import pytest
 
-from overmind import activation
-from overmind.adapter import resolve
-from overmind.adapters import patching
-from overmind.fallback import OvermindWarning
+import overmind
+from overmind import OvermindWarning
+from overmind.adapter import is_patched, resolve
 
 
 def _defined(where: str, attr: str) -> bool:
@@ -34,11 +33,11 @@ def test_every_target_this_diffusers_defines_is_patched_under_strict(monkeypatch
     monkeypatch.setenv("OVERMIND_STRICT", "1")
     with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.DEBUG, logger="overmind"):
         warnings.simplefilter("always")
-        activation.activate(strict=True)
+        overmind.activate(strict=True)
     assert not [w for w in caught if issubclass(w.category, OvermindWarning)]
     defined = [s for s in plugin.SPECS if _defined(s.where, s.attr)]
     for spec in defined:
-        assert patching.is_patched(resolve(spec.where), spec.attr), f"{spec.where}.{spec.attr} is not patched"
+        assert is_patched(resolve(spec.where), spec.attr), f"{spec.where}.{spec.attr} is not patched"
     skipped = [s for s in plugin.SPECS if s not in defined]
     debug = " ".join(r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG)
     for spec in skipped:
@@ -49,9 +48,7 @@ def test_every_target_this_diffusers_defines_is_patched_under_strict(monkeypatch
 
 
 def _entries():
-    from overmind.client.connection import get_client
-
-    return len(get_client().ls())
+    return len(overmind.cache_info(processes=False).entries)
 
 
 def test_dtype_spellings_are_keyed_as_the_installed_diffusers_reads_them(active, tmp_path):
@@ -89,4 +86,4 @@ def test_dtype_spellings_are_keyed_as_the_installed_diffusers_reads_them(active,
 @pytest.fixture(autouse=True)
 def _always_deactivated():
     yield
-    activation.deactivate()
+    overmind.deactivate()

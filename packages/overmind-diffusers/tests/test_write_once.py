@@ -8,9 +8,9 @@ from __future__ import annotations
 
 PIPE = '''
 from diffusers import StableDiffusionPipeline
-from overmind.shm import arena
+from overmind.testing import set_thresholds
 
-arena.THRESHOLD = 4096
+set_thresholds(arena=4096)
 overmind.activate()
 
 

@@ -5,12 +5,11 @@ import sys
 import types
 import warnings
 
-import pluggy
 import pytest
 
+from overmind import OvermindWarning
 from overmind.adapter import Spec, Uncacheable
-from overmind.adapters import hookspecs
-from overmind.fallback import OvermindWarning
+from overmind.testing import hookspec_manager
 from overmind_hf.adapter import HubAdapter
 
 LIB = "overmind_hf_testlib"
@@ -52,8 +51,7 @@ def loader(owner):
 
 
 def test_its_hooks_register_as_the_adapter_object(plugin):
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
+    pm = hookspec_manager()
     pm.register(plugin.adapter, name="testlib")
     pm.check_pending()
     [impl] = pm.hook.overmind_key_parts.get_hookimpls()

@@ -21,23 +21,26 @@ def sd_ckpt(tmp_path_factory) -> Path:
 @pytest.fixture
 def sfast_patched():
     """overmind-sfast's stable-fast patches applied for one test (as activate() does), restored after."""
-    from overmind.adapters import patching
+    from overmind.adapter import patch_now
+    from overmind.testing import unpatch
     from overmind_sfast import plugin
 
     targets = plugin.patch_targets()
     for t in targets:
-        patching.apply(t)
+        patch_now(t)
     try:
         yield targets
     finally:
         for t in reversed(targets):
-            patching.restore(t)
+            unpatch(t)
 
 
 @pytest.fixture
 def table():
     """The pickler's reducer table as load() builds it for this adapter: core TorchScript + overmind-sfast."""
-    from overmind.entries import torchscript
+    import torch
+
+    from overmind.adapter import reduce_script_module
     from overmind_sfast.reducers import reducers
 
-    return {**torchscript.reducers(), **reducers()}
+    return {torch.jit.ScriptModule: reduce_script_module, **reducers()}

@@ -51,12 +51,12 @@ def test_dataclass_output_survives_the_cache(sfast_patched, table):
 
 def test_rebuilt_module_needs_no_patch(sfast_patched, table):
     """Unflattening is stable-fast's own: a rebuilt module works after deactivate() too."""
-    from overmind.adapters import patching
+    from overmind.testing import unpatch
 
     wrapper, out = traced(Encoder().eval())
     data = roundtrip(the_traced_module(wrapper), table)
     for t in sfast_patched:
-        patching.restore(t)
+        unpatch(t)
     assert flat_tensors.flatten_dataclass is not flattening.flatten_dataclass
     assert type(data(torch.ones(2, 4))) is BaseModelOutputWithPooling
 

@@ -14,16 +14,16 @@ from sfast.jit import utils as sfast_jit_utils  # noqa: E402
 from sfast.jit.trace_helper import lazy_trace  # noqa: E402
 from sfast.utils import flat_tensors  # noqa: E402
 
-from overmind import activation  # noqa: E402
-from overmind.testing import check_patch_symmetry, check_targets_resolve  # noqa: E402
+import overmind  # noqa: E402
+from overmind.testing import check_patch_symmetry, check_targets_resolve, forget_adapters  # noqa: E402
 from overmind_sfast import clear_hooks, flattening, reducers  # noqa: E402
 
 
 @pytest.fixture
 def fresh_plugins():
-    activation.reset()
+    forget_adapters()
     yield
-    activation.reset()
+    forget_adapters()
 
 
 def test_conformance(fresh_plugins):
@@ -36,12 +36,12 @@ def test_conformance(fresh_plugins):
 def test_activate_installs_the_replacements_and_deactivate_restores_them(fresh_plugins):
     original_flatten = flat_tensors.flatten_dataclass
     original_attach = sfast_jit_utils.attach_script_module_clear_hook
-    assert "sfast" in activation.activate()
+    assert "sfast" in overmind.activate()
     try:
         assert flat_tensors.flatten_dataclass is flattening.flatten_dataclass
         assert sfast_jit_utils.attach_script_module_clear_hook is clear_hooks.attach_script_module_clear_hook
     finally:
-        activation.deactivate()
+        overmind.deactivate()
     assert flat_tensors.flatten_dataclass is original_flatten
     assert sfast_jit_utils.attach_script_module_clear_hook is original_attach
 

@@ -13,8 +13,8 @@ from sfast.hooks.module_jit_hook import ModuleJITHook  # noqa: E402
 from sfast.jit.trace_helper import TracedPosArgOnlyModuleWrapper, lazy_trace  # noqa: E402
 from sfast.libs.diffusers import image_processor as sfast_image_processor  # noqa: E402
 
-from overmind.adapters import patching  # noqa: E402
-from overmind.testing import overmind_mapped  # noqa: E402
+from overmind.adapter import patch_now, reduce_script_module  # noqa: E402
+from overmind.testing import overmind_mapped, unpatch  # noqa: E402
 from overmind_sfast import closures, plugin, sharing  # noqa: E402
 from overmind_sfast_testlib import pipelines as sp  # noqa: E402
 from overmind_sfast_testlib.roundtrip import roundtrip  # noqa: E402
@@ -25,21 +25,20 @@ def compiled(sd_ckpt):
     """(pipeline built as users build it, its image for seed 1), with overmind-sfast's patches applied."""
     targets = plugin.patch_targets()
     for t in targets:
-        patching.apply(t)
+        patch_now(t)
     try:
         pipe = sp.build(sd_ckpt)
         yield pipe, sp.render(pipe)
     finally:
         for t in reversed(targets):
-            patching.restore(t)
+            unpatch(t)
 
 
 @pytest.fixture(scope="module")
 def rebuilt(compiled):
-    from overmind.entries import torchscript
     from overmind_sfast.reducers import reducers
 
-    return roundtrip(compiled[0], {**torchscript.reducers(), **reducers()})
+    return roundtrip(compiled[0], {torch.jit.ScriptModule: reduce_script_module, **reducers()})
 
 
 def test_rebuilt_pipeline_renders_the_same_image_without_tracing(compiled, rebuilt):
@@ -87,7 +86,7 @@ def test_a_call_of_another_kind_is_traced_lazily_as_stable_fast_does(sd_ckpt, ta
     """stable-fast keys its traces by the kinds of the arguments (not their shapes): a rebuilt wrapper keeps
     the traces it had and still traces a new kind of call."""
     for t in plugin.patch_targets():
-        patching.apply(t)
+        patch_now(t)
     try:
         pipe = roundtrip(sp.build(sd_ckpt), table)  # its own copy: a new trace must not leak into the others
         unet = pipe.unet
@@ -101,7 +100,7 @@ def test_a_call_of_another_kind_is_traced_lazily_as_stable_fast_does(sd_ckpt, ta
         assert len(unet.forward._cached) == 2
     finally:
         for t in reversed(plugin.patch_targets()):
-            patching.restore(t)
+            unpatch(t)
 
 
 def test_cuda_graph_wrappers_are_rebuilt_empty(table):
@@ -137,11 +136,9 @@ def _tensor_record_bytes(fn_args) -> int:
 
 
 def test_archives_leave_the_weights_out(compiled):
-    from overmind.entries import torchscript
-
     (helper,) = compiled[0].unet.forward._cached.values()
     weights = sum(t.untyped_storage().nbytes() for _, t in sharing.tensor_attributes(helper.module._c))
-    whole = torchscript.reducers()[torch.jit.ScriptModule](helper.module)
+    whole = reduce_script_module(helper.module)
     fn, args, left_out = sharing.split(helper.module)
     assert _tensor_record_bytes(whole) >= weights  # as the core alone would store it: a second copy
     assert _tensor_record_bytes((fn, args)) < 1024  # only the graph's small constants remain

@@ -25,15 +25,14 @@ logging.getLogger("overmind").addHandler(Collect())
 logging.getLogger("overmind").setLevel(logging.INFO)
 
 import overmind
-from overmind.adapters import discovery
-from overmind.testing import report
+from overmind.testing import adapter_state, report
 try:
     import sfast
     has_sfast = True
 except ImportError:
     has_sfast = False
 active = overmind.activate()
-state = discovery.states()["sfast"]
+state = adapter_state("sfast")
 report({{"has_sfast": has_sfast, "active": active, "status": state.status,
          "lines": [l for l in lines if "sfast" in l],
          "imported": "overmind_sfast.plugin" in sys.modules}})

@@ -6,9 +6,9 @@ import warnings
 
 import pytest
 
-from overmind import activation
-from overmind.adapters import patching
-from overmind.fallback import OvermindWarning
+import overmind
+from overmind import OvermindWarning
+from overmind.adapter import is_patched
 from overmind.testing import check_patch_symmetry, check_targets_resolve
 
 
@@ -35,11 +35,11 @@ def test_deactivate_restores_the_identical_objects():
     owners = [transformers.PreTrainedModel, transformers.AutoModel, transformers.AutoModelForCausalLM,
               transformers.AutoTokenizer, transformers.PreTrainedTokenizerBase, transformers.ProcessorMixin]
     before = [vars(o)["from_pretrained"] for o in owners]
-    activation.activate()
+    overmind.activate()
     try:
         assert all(vars(o)["from_pretrained"] is not b for o, b in zip(owners, before))
     finally:
-        activation.deactivate()
+        overmind.deactivate()
     assert all(vars(o)["from_pretrained"] is b for o, b in zip(owners, before))
     assert "from_pretrained" not in vars(transformers.BertModel)  # inherited before: nothing left behind
 
@@ -79,10 +79,10 @@ def test_a_target_that_cannot_be_patched_warns_with_adapter_target_and_versions(
     assert not_classmethod and "not a classmethod" in not_classmethod[0] and version in not_classmethod[0]
     # The rest still patches.
     assert any(t.owner is transformers.PreTrainedModel for t in targets)
-    assert not any(patching.is_patched(t.owner, t.name) for t in targets)
+    assert not any(is_patched(t.owner, t.name) for t in targets)
 
 
 @pytest.fixture(autouse=True)
 def _always_deactivated():
     yield
-    activation.deactivate()
+    overmind.deactivate()

@@ -7,9 +7,9 @@ import warnings
 
 import torch
 
+import overmind
 from _support import tiny_models as tm
 from _support.adapter_testlib import overmind_warnings
-from overmind import activation
 
 
 def test_unpicklable_model_warns_and_returns_the_plain_load(active, tmp_path):
@@ -29,7 +29,7 @@ def test_unpicklable_model_warns_and_returns_the_plain_load(active, tmp_path):
     assert len(messages) == 1, messages
     assert "adapter transformers (overmind-transformers 0.1.0, transformers " + transformers.__version__ in messages[0]
     assert "StreamingBert.from_pretrained" in messages[0] and "returned the plain result" in messages[0]
-    activation.deactivate()
+    overmind.deactivate()
     assert tm.state_digest(model) == tm.state_digest(transformers.BertModel.from_pretrained(folder))
     assert next(model.stream) == 0
 
@@ -45,7 +45,7 @@ def test_offloaded_model_is_not_cached_by_design_logged_not_warned(active, tmp_p
     assert overmind_warnings(caught) == []
     said = [r.getMessage() for r in caplog.records if "dispatched by accelerate" in r.getMessage()]
     assert said and "adapter transformers" in said[0] and "device_map" in said[0]
-    activation.deactivate()
+    overmind.deactivate()
     plain = AutoModelForCausalLM.from_pretrained(folder)
     ids = torch.tensor([[1, 5, 9, 3]])
     with torch.no_grad():

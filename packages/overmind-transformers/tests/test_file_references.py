@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from overmind.inspection import cache_info
+import overmind
 
 WHERE = '''
 from transformers import BertModel, LlamaForCausalLM
@@ -61,7 +61,7 @@ def test_an_unconverted_checkpoint_is_served_from_its_file_and_equals_plain(fres
     assert second["counts"] == {"bert": [0, 1], "llama fp16": [0, 1]}
     assert second["where"]["bert"] == [weights], "the weights are the checkpoint file's own pages"
     assert all(w.startswith("/memfd:overmind") for w in second["where"]["llama fp16"]), "converted: copied"
-    info = cache_info(processes=False)
+    info = overmind.cache_info(processes=False)
     by_loader = {e.short_loader: e for e in info.entries}
     bert_entry = by_loader["BertModel.from_pretrained"]
     assert [f.path for f in bert_entry.files] == [weights]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 SCRIPT = '''
 from transformers import BertModel
-from overmind.keys import provenance
+from overmind.testing import origin_of, set_thresholds
 
 overmind.activate()
 CAP_LINE
@@ -20,10 +20,10 @@ def scaled_row(model, scale):
 
 model = BertModel.from_pretrained(P["bert"], dtype=DTYPE)
 row = overmind.load(scaled_row, model, 2.0)
-origin = provenance.origin_of(model)
+origin = origin_of(model)
 with torch.no_grad():
     model.embeddings.word_embeddings.weight.add_(1)
-written = provenance.origin_of(model)
+written = origin_of(model)
 st = get_client().status()
 report({"origin": origin is not None, "written": written, "publishes": st["publishes"], "marks": st["marks"],
         "row": row["row"].tolist()})
@@ -48,7 +48,7 @@ def test_the_second_process_publishes_what_the_first_marked(fresh):
 def test_a_result_converted_on_load_is_keyed_by_its_content(fresh):
     # converted from the fp32 checkpoint, its weights are the process's own: more of them than the tiny model's two
     # computed buffers (1 KiB) when the bytes of its own that are digested are capped at 4 KiB
-    cap = "provenance.OWN_BYTES_DIGESTED = 4096"
+    cap = "set_thresholds(own_bytes_digested=4096)"
     assert _run(fresh, "torch.float32", cap)["origin"]
     first = _run(fresh, "torch.float16", cap)
     assert not first["origin"] and first["written"] is None

@@ -8,19 +8,14 @@ import pickle
 import pytest
 
 from _support import tiny_models as tm
-from overmind.entries import pickling
+from overmind import testing
 from overmind_transformers.tokenizer_reduce import reduce_fast_tokenizer, reducers
 
 TEXTS = ["a photo of the red cat", "<|startoftext|>a photo<|endoftext|> of abq", "  odd   spacing\tand ünïcode ∑"]
 
 
 def roundtrip(obj):
-    def no_storages(where, offset, nbytes):
-        raise AssertionError("a tokenizer has no storages")
-
-    pickled = pickling.dumps(obj, reducers())
-    assert pickled.storages == []
-    return pickling.loads(pickled.skeleton, no_storages, pickled.pickler)
+    return testing.roundtrip(obj, reducers(), storages=False)  # a tokenizer has no storages
 
 
 def behaviour(tok):

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from _support import tiny_models as tm
-from overmind.entries import pickling
-from overmind.loading import scope
+from overmind import testing
+from overmind.adapter import load_memo
 from overmind_transformers import tokenizer_reduce
 from overmind_transformers.tokenizer_reduce import reducers
 
@@ -24,11 +24,7 @@ TEXTS = ["a photo of the red cat", "<|startoftext|>a photo<|endoftext|> of abq <
 
 
 def roundtrip(tok):
-    def no_storages(where, offset, nbytes):
-        raise AssertionError("a tokenizer has no storages")
-
-    pickled = pickling.dumps(tok, reducers())
-    return pickling.loads(pickled.skeleton, no_storages, pickled.pickler)
+    return testing.roundtrip(tok, reducers(), storages=False)  # a tokenizer has no storages
 
 
 def behaviour(tok):
@@ -73,21 +69,21 @@ EDITS = st.tuples(st.sampled_from(["add", "special", "pad", "truncate", "split",
 @given(st.lists(EDITS, min_size=1, max_size=5))
 def test_each_reduce_in_one_load_rebuilds_the_tokenizer_as_it_was_then(clip, edits):
     tok = copy.deepcopy(clip)
-    with scope.scope():
+    with testing.load_scope():
         expected, rebuilt = [], []
         for edit in edits:
             tok = _edit(tok, edit)
             expected.append(behaviour(tok))
             rebuilt.append(roundtrip(tok))  # now: later edits must not reach what this reduce wrote
         assert [behaviour(r) for r in rebuilt] == expected
-    assert not scope.active()
+    assert not testing.load_running()
 
 
 def test_the_second_reduce_of_an_unchanged_tokenizer_reuses_the_split(clip, monkeypatch):
     calls = []
     real = tokenizer_reduce._split_backend
     monkeypatch.setattr(tokenizer_reduce, "_split_backend", lambda *a: calls.append(1) or real(*a))
-    with scope.scope():
+    with testing.load_scope():
         first = roundtrip(clip)  # its own entry; the pipeline then holds this rebuilt one
         second = roundtrip(first)
         assert len(calls) == 1
@@ -96,17 +92,17 @@ def test_the_second_reduce_of_an_unchanged_tokenizer_reuses_the_split(clip, monk
         clip2.add_tokens(["<one-more>"])
         assert behaviour(roundtrip(clip2)) == behaviour(clip2)
         assert len(calls) == 2  # the rebuilt copy reused the split, the edited one did not
-    assert scope.memo("overmind_transformers.tokenizer_split") == {}  # nothing kept once no load runs
+    assert load_memo("overmind_transformers.tokenizer_split") == {}  # nothing kept once no load runs
     roundtrip(clip)
     roundtrip(clip)
     assert len(calls) == 4  # outside a load nothing is reused
 
 
 def test_memos_are_dropped_when_the_last_of_two_overlapping_loads_ends():
-    with scope.scope():
-        scope.memo("x")["k"] = 1
-        with scope.scope():
-            assert scope.memo("x") == {"k": 1}
-        assert scope.memo("x") == {"k": 1}  # the nested one ending keeps it
-    assert not scope.active()
-    assert scope.memo("x") == {}
+    with testing.load_scope():
+        load_memo("x")["k"] = 1
+        with testing.load_scope():
+            assert load_memo("x") == {"k": 1}
+        assert load_memo("x") == {"k": 1}  # the nested one ending keeps it
+    assert not testing.load_running()
+    assert load_memo("x") == {}

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from _support import tiny_models as tm
-from overmind.adapters import hooks
-from overmind.entries import pickling
+from overmind import testing
 
 SD15_TOKENIZER = Path(__file__).resolve().parents[3] / "benchmarks" / "fixtures" / "full" / "sd15-fp16" / "tokenizer"
 TEXTS = ["a photo of the red cat", "<|startoftext|>a photo<|endoftext|> of abq", "  odd   spacing\tand ünïcode ∑",
@@ -19,12 +18,7 @@ TEXTS = ["a photo of the red cat", "<|startoftext|>a photo<|endoftext|> of abq",
 # ------------------------------------------------------------------------------------------ whole tokenizers
 
 def roundtrip(tok):
-    def no_storages(where, offset, nbytes):
-        raise AssertionError("a tokenizer has no storages")
-
-    pickled = pickling.dumps(tok, hooks.reducers())
-    assert pickled.storages == []
-    return pickling.loads(pickled.skeleton, no_storages, pickled.pickler), pickled.skeleton
+    return testing.roundtrip(tok, storages=False)  # a tokenizer has no storages
 
 
 def behaviour(tok):
@@ -73,7 +67,7 @@ def test_a_full_size_clip_tokenizer_rebuilds_exactly(which, request):
     assert len(tok) > 49_000
     tok.add_tokens(["<extra-a>", "photo of"])
     tok.add_special_tokens({"additional_special_tokens": ["<ctrl>"]})
-    rebuilt, skeleton = roundtrip(tok)
+    rebuilt = roundtrip(tok)
     assert_same_tokenizer(rebuilt, tok)
     assert rebuilt.convert_tokens_to_ids(["<extra-a>", "photo of", "<ctrl>"]) == \
         tok.convert_tokens_to_ids(["<extra-a>", "photo of", "<ctrl>"])
@@ -97,5 +91,5 @@ def test_a_bpe_with_null_options_rebuilds():
     assert model["continuing_subword_prefix"] is None and model["end_of_word_suffix"] is None
     tok = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<", eos_token="|")
     tok.add_tokens(["<extra-a>"])
-    rebuilt, _ = roundtrip(tok)
+    rebuilt = roundtrip(tok)
     assert_same_tokenizer(rebuilt, tok, clip=False)
