@@ -1,26 +1,30 @@
 """Helpers of the overmind-diffusers tests (importable by this name: the package's ``tests/``
 folder is on pytest's ``pythonpath``, see the root ``pyproject.toml``).
 
-:func:`write_ldm_checkpoint` writes a diffusers Stable Diffusion (1.x architecture) pipeline folder as one
-original-format (LDM / CompVis) single-file ``.safetensors`` checkpoint, so tests can load it with
-``StableDiffusionPipeline.from_single_file``.
+:func:`write_ldm_checkpoint` writes a diffusers Stable Diffusion (1.x architecture) pipeline
+folder as one original-format (LDM / CompVis) single-file ``.safetensors`` checkpoint, so tests can
+load it with ``StableDiffusionPipeline.from_single_file``.
 
 The layout written here is the public LDM one:
 
-* UNet under ``model.diffusion_model.``: ``input_blocks.N.M`` (``N = 0`` is ``conv_in``; then, per down block,
-  ``layers_per_block`` blocks holding a resnet at ``.0`` and, for cross-attention blocks, a spatial transformer at
-  ``.1``, then one block holding the downsampler ``.0.op`` except after the last down block), ``middle_block.0/1/2``
-  (resnet, transformer, resnet), ``output_blocks.N.M`` (per up block, ``layers_per_block + 1`` blocks: resnet at
-  ``.0``, transformer at ``.1`` if any, and the upsampler after them in the last block), ``time_embed.0/2`` and
-  ``out.0/2``. Resnets name their layers ``in_layers.0/2``, ``out_layers.0/3``, ``emb_layers.1`` and
-  ``skip_connection``; transformer internals keep diffusers' names.
-* VAE under ``first_stage_model.``: ``encoder.down.I.block.J`` / ``.downsample.conv``, ``decoder.up.I.block.J`` /
-  ``.upsample.conv`` with the up blocks numbered in reverse, ``mid.block_1/2`` and ``mid.attn_1`` (``norm``,
-  ``q``, ``k``, ``v``, ``proj_out`` as 1x1 convolutions), ``norm_out``, ``nin_shortcut`` for resnet shortcuts.
-* CLIP text encoder under ``cond_stage_model.transformer.`` with transformers' ``CLIPTextModel`` names
-  (``text_model.embeddings...``).
+* UNet under ``model.diffusion_model.``: ``input_blocks.N.M`` (``N = 0`` is ``conv_in``; then,
+  per down block, ``layers_per_block`` blocks holding a resnet at ``.0`` and, for cross-attention
+  blocks, a spatial transformer at ``.1``, then one block holding the downsampler ``.0.op`` except
+  after the last down block), ``middle_block.0/1/2`` (resnet, transformer, resnet),
+  ``output_blocks.N.M`` (per up block, ``layers_per_block + 1`` blocks: resnet at ``.0``,
+  transformer at ``.1`` if any, and the upsampler after them in the last block),
+  ``time_embed.0/2`` and ``out.0/2``. Resnets name their layers ``in_layers.0/2``,
+  ``out_layers.0/3``, ``emb_layers.1`` and ``skip_connection``; transformer internals keep
+  diffusers' names.
+* VAE under ``first_stage_model.``: ``encoder.down.I.block.J`` / ``.downsample.conv``,
+  ``decoder.up.I.block.J`` / ``.upsample.conv`` with the up blocks numbered in reverse,
+  ``mid.block_1/2`` and ``mid.attn_1`` (``norm``, ``q``, ``k``, ``v``, ``proj_out`` as 1x1
+  convolutions), ``norm_out``, ``nin_shortcut`` for resnet shortcuts.
+* CLIP text encoder under ``cond_stage_model.transformer.`` with transformers' ``CLIPTextModel``
+  names (``text_model.embeddings...``).
 
-Only the layouts the tiny pipeline of ``tests/_support/tiny_models.py`` uses are handled; anything else raises.
+Only the layouts the tiny pipeline of ``tests/_support/tiny_models.py`` uses are handled; anything
+else raises.
 """
 from __future__ import annotations
 
@@ -32,8 +36,9 @@ UNET_PREFIX = "model.diffusion_model."
 VAE_PREFIX = "first_stage_model."
 CLIP_PREFIX = "cond_stage_model.transformer."
 
-_UNET_RESNET = {"norm1": "in_layers.0", "conv1": "in_layers.2", "norm2": "out_layers.0", "conv2": "out_layers.3",
-                "time_emb_proj": "emb_layers.1", "conv_shortcut": "skip_connection"}
+_UNET_RESNET = {"norm1": "in_layers.0", "conv1": "in_layers.2", "norm2": "out_layers.0",
+                "conv2": "out_layers.3", "time_emb_proj": "emb_layers.1",
+                "conv_shortcut": "skip_connection"}
 _UNET_TOP = {"time_embedding.linear_1": "time_embed.0", "time_embedding.linear_2": "time_embed.2",
              "conv_in": "input_blocks.0.0", "conv_norm_out": "out.0", "conv_out": "out.2"}
 _VAE_ATTN = {"group_norm": "norm", "to_q": "q", "to_k": "k", "to_v": "v", "to_out.0": "proj_out"}
@@ -55,7 +60,9 @@ def unet_key(key: str, config: dict) -> str:
     if m := re.fullmatch(r"down_blocks\.(\d+)\.(resnets|attentions)\.(\d+)\.(.+)", key):
         b, kind, i, rest = int(m[1]), m[2], int(m[3]), m[4]
         n = 1 + b * (per + 1) + i
-        return f"input_blocks.{n}.0.{_resnet(rest, _UNET_RESNET)}" if kind == "resnets" else f"input_blocks.{n}.1.{rest}"
+        if kind == "resnets":
+            return f"input_blocks.{n}.0.{_resnet(rest, _UNET_RESNET)}"
+        return f"input_blocks.{n}.1.{rest}"
     if m := re.fullmatch(r"down_blocks\.(\d+)\.downsamplers\.0\.conv\.(weight|bias)", key):
         return f"input_blocks.{1 + int(m[1]) * (per + 1) + per}.0.op.{m[2]}"
     if m := re.fullmatch(r"mid_block\.resnets\.(\d+)\.(.+)", key):
@@ -65,7 +72,9 @@ def unet_key(key: str, config: dict) -> str:
     if m := re.fullmatch(r"up_blocks\.(\d+)\.(resnets|attentions)\.(\d+)\.(.+)", key):
         b, kind, i, rest = int(m[1]), m[2], int(m[3]), m[4]
         n = b * (per + 1) + i  # each up block has layers_per_block + 1 layers
-        return f"output_blocks.{n}.0.{_resnet(rest, _UNET_RESNET)}" if kind == "resnets" else f"output_blocks.{n}.1.{rest}"
+        if kind == "resnets":
+            return f"output_blocks.{n}.0.{_resnet(rest, _UNET_RESNET)}"
+        return f"output_blocks.{n}.1.{rest}"
     if m := re.fullmatch(r"up_blocks\.(\d+)\.upsamplers\.0\.conv\.(weight|bias)", key):
         b = int(m[1])
         has_attention = "CrossAttn" in config["up_block_types"][b]
@@ -86,7 +95,8 @@ def vae_key(key: str, config: dict) -> str:
         return key
     if layer == "conv_norm_out":
         return f"{coder}.norm_out.{param}"
-    shortcut = {"norm1": "norm1", "conv1": "conv1", "norm2": "norm2", "conv2": "conv2", "conv_shortcut": "nin_shortcut"}
+    shortcut = {"norm1": "norm1", "conv1": "conv1", "norm2": "norm2", "conv2": "conv2",
+                "conv_shortcut": "nin_shortcut"}
     if m := re.fullmatch(r"down_blocks\.(\d+)\.resnets\.(\d+)\.(.+)", rest):
         return f"{coder}.down.{m[1]}.block.{m[2]}.{_resnet(m[3], shortcut)}"
     if m := re.fullmatch(r"down_blocks\.(\d+)\.downsamplers\.0\.conv\.(weight|bias)", rest):
@@ -120,8 +130,8 @@ def _component_state(folder: Path, name: str) -> tuple[dict, dict]:
 
 
 def write_ldm_checkpoint(pipeline_folder, path) -> Path:
-    """Write ``pipeline_folder``'s (a saved SD1.x ``StableDiffusionPipeline``) unet, vae and text_encoder to
-    ``path`` as one LDM-format ``.safetensors`` file; returns ``path``."""
+    """Write ``pipeline_folder``'s (a saved SD1.x ``StableDiffusionPipeline``) unet, vae and
+    text_encoder to ``path`` as one LDM-format ``.safetensors`` file; returns ``path``."""
     from safetensors.torch import save_file
 
     folder, path = Path(pipeline_folder), Path(path)

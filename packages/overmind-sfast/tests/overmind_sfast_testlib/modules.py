@@ -1,7 +1,8 @@
 """Tiny modules whose outputs are dataclasses, for the flattening tests.
 
-They live in an importable module because TorchScript names a traced class after its module, and the
-names pytest gives test files (``packages.overmind-sfast.tests...``) are not valid TorchScript names.
+They live in an importable module because TorchScript names a traced class after its module, and
+the names pytest gives test files (``packages.overmind-sfast.tests...``) are not valid TorchScript
+names.
 """
 from __future__ import annotations
 

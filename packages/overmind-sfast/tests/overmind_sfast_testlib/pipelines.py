@@ -17,15 +17,17 @@ PROMPT = "a photo of a red cat"
 
 
 def builds() -> int:
-    """How often build() ran in this process. Counted inside Overmind (``overmind.testing.record_call``): a
-    global the builder incremented would be a global it reads, so part of its key, changing with every run."""
+    """How often build() ran in this process. Counted inside Overmind
+    (``overmind.testing.record_call``): a global the builder incremented would be a global it reads,
+    so part of its key, changing with every run."""
     from overmind.testing import recorded_calls
 
     return len(recorded_calls("sfast-build"))
 
 
 def cpu_config():
-    """stable-fast's default configuration with everything that needs CUDA, xformers or triton turned off."""
+    """stable-fast's default configuration with everything that needs CUDA, xformers or triton
+    turned off."""
     from sfast.compilers.diffusion_pipeline_compiler import CompilationConfig
 
     config = CompilationConfig.Default()
@@ -36,7 +38,8 @@ def cpu_config():
 
 
 def build(ckpt):
-    """Load, compile and warm up (stable-fast traces lazily, on the first call): the way users cache it."""
+    """Load, compile and warm up (stable-fast traces lazily, on the first call): the way users
+    cache it."""
     import torch
     from diffusers import StableDiffusionPipeline
     from sfast.compilers.diffusion_pipeline_compiler import compile
@@ -47,8 +50,10 @@ def build(ckpt):
     pipe = StableDiffusionPipeline.from_pretrained(ckpt, dtype=torch.float32, safety_checker=None)
     pipe.set_progress_bar_config(disable=True)
     pipe = compile(pipe, cpu_config())
-    # its own generator: a loader that draws from the global one is not cached (overmind/loading/randomness.py)
-    pipe("warm-up", num_inference_steps=STEPS, height=SIZE, width=SIZE, generator=torch.Generator().manual_seed(0))
+    # its own generator: a loader that draws from the global one is not cached
+    # (overmind/loading/randomness.py)
+    pipe("warm-up", num_inference_steps=STEPS, height=SIZE, width=SIZE,
+         generator=torch.Generator().manual_seed(0))
     return pipe
 
 
@@ -62,7 +67,8 @@ def render(pipe, seed: int = 1, size: int = SIZE):
 
 
 class TraceCounter:
-    """Counts ``torch.jit.trace`` calls (stable-fast's ``better_trace`` looks it up at call time)."""
+    """Counts ``torch.jit.trace`` calls (stable-fast's ``better_trace`` looks it up at call
+    time)."""
 
     def __init__(self) -> None:
         self.calls = 0
