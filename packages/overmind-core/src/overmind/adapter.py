@@ -1,8 +1,9 @@
 """The adapter kit: what an Overmind adapter needs of the core, in one import, whatever library it
 instruments. This module is a face: each name lives in the part of the core it belongs to.
 
-An adapter is a module of ``overmind_*`` hooks registered under the entry-point group
-``overmind.adapters`` (see :mod:`overmind.adapters.hookspecs` and ``docs/adapters.md``). The kit gives it:
+An adapter is an object whose methods are its ``overmind_*`` hooks, or a module of hook functions,
+named by an entry point of the group ``overmind.adapters`` (see :mod:`overmind.adapters.hookspecs`
+and ``docs/adapters.md``; ``packages/_template`` is one to copy). The kit gives it:
 
 - :data:`hookimpl`, the marker for its hooks; :class:`PatchTarget`, what ``overmind_patch_targets``
   returns; :class:`SelfCheck`, what ``overmind_self_check`` returns (how the adapter proves itself on a
