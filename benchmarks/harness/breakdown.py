@@ -1,4 +1,4 @@
-"""Where an Overmind load spends its time: inclusive timers around the steps of ``overmind.loading.flow`` and ``.entry``.
+"""Where an Overmind load spends its time: inclusive timers around the steps of ``overmind.loading`` and ``.entries``.
 
 Installed by a scenario process in Overmind mode (``child.start``). Each timer counts only the outermost
 call of its step (a nested load inside a load is not counted twice) and sums over every load in the
@@ -12,7 +12,7 @@ server's start then overlaps the loader; the publish's ``server_start`` waits fo
 ``collector`` is the time Python's garbage collector ran inside ``key`` or ``load`` (``gc.callbacks``; in a cold load that includes the collections of the library's own loader),
 ``collector_outside`` the collections elsewhere in the process after :func:`install`.
 
-This wraps module attributes that ``overmind.loading.flow`` and ``overmind.entries.codec`` look up at call time; a step that
+This wraps module attributes that ``overmind.loading`` and ``overmind.entries`` look up at call time; a step that
 is renamed in the core is skipped (and reported missing), never an error.
 """
 from __future__ import annotations
@@ -29,7 +29,7 @@ STEPS = {
     "server_start": ("overmind.client.launcher", "ensure_server"),
     "server_spawn": ("overmind.client.launcher", "start_holding"),
     "server_get": ("overmind.client.connection", "Client.get"),
-    "publish": ("overmind.loading.flow", "publish"),
+    "publish": ("overmind.loading.publish", "publish"),
     "pickle": ("overmind.entries.pickling", "dumps"),
     "dedup": ("overmind.entries.dedup", "plan"),
     "write_entry": ("overmind.shm.writer", "write_entry"),

@@ -66,13 +66,13 @@ class Timers:
     def __init__(self) -> None:
         import overmind.entries.dedup
         import overmind.entries.pickling
-        import overmind.loading.flow
+        import overmind.loading.publish
         import overmind.shm.writer
 
         self.t: dict[str, float] = {}
         self.plans: list = []
         for name, owner, attr in (("pickle", overmind.entries.pickling, "dumps"), ("write_entry", overmind.shm.writer,
-                                  "write_entry"), ("publish", overmind.loading.flow, "publish"),
+                                  "write_entry"), ("publish", overmind.loading.publish, "publish"),
                                   ("dedup", overmind.entries.dedup, "plan")):
             setattr(owner, attr, self._wrap(name, getattr(owner, attr)))
 

@@ -7,10 +7,10 @@ every log call after it recursed until Python gave up (found by ``test_soak`` in
 
 Here a tracer raises ``KeyboardInterrupt`` at each such point in turn, the n-th of them for n = 0, 1, 2, …, in the
 code of the recordings (``recordings``, ``loader_logs``, ``loader_warnings``) and of ``contextlib``, while a body
-warns, logs, calls a once-only method and nests a second recording, as ``loading/flow.py`` runs a loader. For every n: the
-interrupt reaches the caller unchanged; what the user does before the next load (a warning already shown, a log
-call, the once-only call already made) shows what plain shows; and after one whole load, which records all it
-should, ``Logger``, ``warnings.filters``, the show hook and the modules' warning registries are as they were
+warns, logs, calls a once-only method and nests a second recording, as ``loading/claimed_load.py`` runs a loader.
+For every n: the interrupt reaches the caller unchanged; what the user does before the next load (a warning already
+shown, a log call, the once-only call already made) shows what plain shows; and after one whole load, which records
+all it should, ``Logger``, ``warnings.filters``, the show hook and the modules' warning registries are as they were
 before any of it. Mutations this fails on: ``start`` saving its own hook as the library's, a recording leaving
 its stack before the hooks are out, recordings whose ``with`` ended not dropped.
 """
@@ -122,7 +122,7 @@ def _body() -> None:
 
 
 def _load(body=_body) -> tuple:
-    """A load as ``loading/flow.py`` runs it: the two recordings around the loader, in a frame of its own."""
+    """A load as ``loading/claimed_load.py`` runs it: the two recordings around the loader, in a frame of its own."""
     with loader_warnings.recording(sys._getframe()) as w, loader_logs.recording(lambda: len(w.records)) as logged:
         body()
     return w, logged

@@ -26,7 +26,7 @@ from ..adapters import hooks
 from ..errors import OvermindError
 from ..keys import canon, provenance
 from ..shm import filemaps, reader, writer
-from ..shm.filemaps import FileChanged  # noqa: F401 - flow.publish copies everything when it is raised
+from ..shm.filemaps import FileChanged  # noqa: F401 - loading/publish.py copies everything on it
 from . import arguments_ref, dedup, path_spellings, pickling
 from . import writes as recorded_writes
 
