@@ -290,6 +290,7 @@ def _collect_one(adapter: str, spec: Spec | Function,
 
         found = getattr_static(root, spec.attr)
     except Exception as e:
+        interrupts.raise_users(e)
         _cannot_patch(adapter, name, e)
         return
     if not isinstance(found, classmethod):
@@ -321,6 +322,7 @@ def _function_targets(adapter: str, spec: Function) -> list[PatchTarget]:
         _cannot_patch(adapter, name, e)
         return []
     except Exception as e:
+        interrupts.raise_users(e)
         _cannot_patch(adapter, name, e)
         return []
     if not hasattr(module, spec.name):
