@@ -31,7 +31,6 @@ PRELUDE = '''
 import hashlib, json, os, sys, warnings
 import torch
 import overmind
-from overmind.client.connection import get_client
 from overmind.testing import overmind_mapped, report
 from _support import tiny_models as tm
 
@@ -39,8 +38,8 @@ P = json.loads(os.environ["TINY"])
 
 
 def server_state():
-    entries = get_client().ls()
-    return {"entries": len(entries), "hits": sum(e["hits"] for e in entries)}
+    entries = overmind.cache_info(processes=False).entries
+    return {"entries": len(entries), "hits": sum(e.hits for e in entries)}
 
 
 def counted_load(fn):
@@ -77,18 +76,19 @@ def fresh_runner(prelude: str, tiny: dict[str, str], tmp_path) -> Callable[..., 
 def active(overmind_runtime, monkeypatch):
     """The installed adapters (not the core suite's fixture adapters) activated for one test, against a
     private server, with ``OVERMIND_STRICT`` unset so a fallback warns instead of raising."""
-    from overmind import activation
+    import overmind
+    from overmind.testing import forget_adapters
 
     monkeypatch.setenv("OVERMIND_DISABLED_ADAPTERS", OTHER_ADAPTERS_OFF)
     monkeypatch.delenv("OVERMIND_STRICT", raising=False)
-    activation.reset()
-    activation.activate()
+    forget_adapters()
+    overmind.activate()
     yield
-    activation.reset()
+    forget_adapters()
 
 
 def overmind_warnings(caught) -> list[str]:
     """The messages of the OvermindWarnings in ``caught`` (from ``warnings.catch_warnings(record=True)``)."""
-    from overmind.fallback import OvermindWarning
+    from overmind import OvermindWarning
 
     return [str(w.message) for w in caught if issubclass(w.category, OvermindWarning)]

@@ -190,20 +190,23 @@ def _imports_in_text(text: str) -> list[tuple[str, list[str]]]:
     return found + [(m[1], []) for m in _IMPORT_LINE.finditer(text)]
 
 
-def private_uses(path: Path) -> list[str]:
-    """What ``path`` imports of ``overmind`` beyond the public kit, in its code and in the scripts its
-    strings hold (a file that does not parse, a template, is read as one script): a module other
-    than :data:`PUBLIC` (``from overmind import shm`` names one), or a name one of them does not
-    list in ``__all__``."""
+def imports_in(path: Path) -> list[tuple[str, list[str]]]:
+    """``(module, names)`` of every import in ``path``'s code and in the scripts its strings hold (a
+    file that does not parse, a template, is read as one script)."""
     text = path.read_text()
     try:
         tree = ast.parse(text)
     except SyntaxError:
-        imports = _imports_in_text(text)
-    else:
-        imports = _imports_in_code(tree) + [i for s in _strings(tree) for i in _imports_in_text(s)]
+        return _imports_in_text(text)
+    return _imports_in_code(tree) + [i for s in _strings(tree) for i in _imports_in_text(s)]
+
+
+def private_uses(path: Path) -> list[str]:
+    """What ``path`` imports of ``overmind`` beyond the public kit: a module other than
+    :data:`PUBLIC` (``from overmind import shm`` names one), or a name one of them does not list in
+    ``__all__``."""
     out = []
-    for module, names in imports:
+    for module, names in imports_in(path):
         if module.split(".")[0] != "overmind":
             continue
         if module not in PUBLIC:
@@ -213,19 +216,34 @@ def private_uses(path: Path) -> list[str]:
     return out
 
 
+def support_helpers(paths: list[Path]) -> list[Path]:
+    """The modules of ``tests/_support`` (helpers several suites share) that ``paths`` import."""
+    support = Path(__file__).resolve().parents[3] / "tests" / "_support"
+    found = set()
+    for path in paths:
+        for module, names in imports_in(path):
+            if module == "_support":
+                found |= {support / "__init__.py"} | {support / f"{n}.py" for n in names}
+            elif module.startswith("_support."):
+                found.add(support / f"{module.split('.')[1]}.py")
+    return sorted(p for p in found if p.exists())
+
+
 def test_the_adapters_and_their_tests_import_only_the_public_kit():
     """Every adapter (``packages/*`` but the core) and its tests, the scripts they run in fresh
-    processes included, are written against ``overmind``, ``overmind.adapter`` and
-    ``overmind.testing`` alone: what an adapter or its tests need of the core is kit API, named in
-    those modules' ``__all__``."""
+    processes and the helpers of ``tests/_support`` they import included, are written against
+    ``overmind``, ``overmind.adapter`` and ``overmind.testing`` alone: what an adapter or its tests
+    need of the core is kit API, named in those modules' ``__all__``."""
     packages = Path(__file__).resolve().parents[2]
     core = packages / "overmind-core"
     paths = sorted(packages.glob("overmind-*/src/**/*.py")) + sorted(packages.glob("*/tests/**/*.py"))
+    paths = [p for p in paths if not p.is_relative_to(core)]
+    helpers = support_helpers([p for p in paths if "tests" in p.relative_to(packages).parts])
+    assert any(p.name == "adapter_testlib.py" for p in helpers), helpers
     used: dict[str, list[str]] = {}
-    for path in paths:
-        if not path.is_relative_to(core):
-            for name in private_uses(path):
-                used.setdefault(name, []).append(path.relative_to(packages).as_posix())
+    for path in paths + helpers:
+        for name in private_uses(path):
+            used.setdefault(name, []).append(path.relative_to(packages.parent).as_posix())
     assert len(list(packages.glob("overmind-*/src"))) > 2 and len(list(packages.glob("*/tests"))) > 2
     assert not used, (f"adapters or their tests import what the kit does not offer: {used}. Use a "
                       f"public name (overmind.adapter, overmind.testing, overmind), or give the "

@@ -21,7 +21,7 @@ def weight_entries(module):
 
 
 def entry_of_loader(suffix):
-    return [e["entry_id"] for e in get_client().ls() if e["meta"].get("loader", "").endswith(suffix)]
+    return [e.entry_id for e in overmind.cache_info(processes=False).entries if e.loader.endswith(suffix)]
 '''
 
 

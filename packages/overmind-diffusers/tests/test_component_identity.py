@@ -31,7 +31,7 @@ def render(pipe):
 
 
 def entries(suffix):
-    return [e for e in get_client().ls() if e["meta"].get("loader", "").endswith(suffix)]
+    return [e.to_json() for e in overmind.cache_info(processes=False).entries if e.loader.endswith(suffix)]
 
 
 def skeleton_classes(entry):

@@ -81,8 +81,8 @@ pipe, new_entries, hits = counted_load(load)
 cached = describe(pipe)
 cached_reads = len(reads)
 pipeline_entries = entry_of_loader(".StableDiffusionPipeline.from_single_file")
-pipeline_hits = {e["entry_id"]: e["hits"] for e in get_client().ls() if e["entry_id"] in pipeline_entries}
-pipeline_deps = sorted({d for e in get_client().ls() if e["entry_id"] in pipeline_entries for d in e["deps"]})
+pipeline_hits = {e.entry_id: e.hits for e in overmind.cache_info(processes=False).entries if e.entry_id in pipeline_entries}
+pipeline_deps = sorted({d for e in overmind.cache_info(processes=False).entries if e.entry_id in pipeline_entries for d in e.deps})
 gen = torch.Generator().manual_seed(11)
 cached_image = tm.tensor_digest(pipe(tm.SD_PROMPT, num_inference_steps=2, output_type="pt", generator=gen).images)
 overmind.deactivate()

@@ -30,7 +30,7 @@ def render(pipe):
 before = server_state()
 pipe = load()
 after = server_state()
-written = {e["meta"]["loader"].rsplit(".", 2)[-2]: e["meta"].get("written_once", 0) for e in get_client().ls()}
+written = {e.loader.rsplit(".", 2)[-2]: e.meta.get("written_once", 0) for e in overmind.cache_info(processes=False).entries}
 cached = {"weights": digests(pipe), "image": render(pipe), "dtype": str(pipe.unet.dtype),
           "classes": [type(getattr(pipe, n)).__name__ for n in ("unet", "vae", "text_encoder", "tokenizer")]}
 overmind.deactivate()

@@ -24,7 +24,7 @@ origin = origin_of(model)
 with torch.no_grad():
     model.embeddings.word_embeddings.weight.add_(1)
 written = origin_of(model)
-st = get_client().status()
+st = overmind.cache_info(processes=False).status
 report({"origin": origin is not None, "written": written, "publishes": st["publishes"], "marks": st["marks"],
         "row": row["row"].tolist()})
 '''
