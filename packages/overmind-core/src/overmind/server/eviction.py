@@ -24,35 +24,49 @@ The order is a parameter: :data:`LEAST_RECENTLY_USED` by default. Another order 
 """
 from __future__ import annotations
 
+import collections
 import heapq
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, NamedTuple
+
+TYPE_CHECKING = False  # typing, dataclasses and inspect would cost every server's start
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterable, NamedTuple
+
+    class _Fields(NamedTuple):
+        id: str
+        nbytes: int
+        last_use: int = 0
+        created: float = 0.0
+        hits: int = 0
+        deps: tuple[str, ...] = ()
+        pinned: bool = False
+        keyless: bool = False
+else:
+    _Fields = collections.namedtuple(
+        "Item", ("id", "nbytes", "last_use", "created", "hits", "deps", "pinned", "keyless"),
+        defaults=(0, 0.0, 0, (), False, False))
 
 
-class Item(NamedTuple):
+class Item(_Fields):
     """One entry as the planner sees it. ``last_use``: the store's use counter when it was last
     used (larger is more recent); ``created``: when it was published (seconds); ``hits``: how many
     gets it answered; ``deps``: the ids it references; ``pinned``: no eviction may take it now;
     ``keyless``: kept only while another item references it, never chosen. A named tuple: the
     store makes one per entry each time it asks."""
 
-    id: str
-    nbytes: int
-    last_use: int = 0
-    created: float = 0.0
-    hits: int = 0
-    deps: tuple[str, ...] = ()
-    pinned: bool = False
-    keyless: bool = False
+    __slots__ = ()
 
 
-@dataclass(frozen=True)
 class Order:
     """An eviction order: ``key`` ranks the items free to go, least first (ties: the first given);
     ``name`` says why an entry went, in the server's log."""
 
-    name: str
-    key: Callable[[Item], Any]
+    __slots__ = ("name", "key")
+
+    def __init__(self, name: str, key: Callable[[Item], Any]) -> None:
+        self.name, self.key = name, key
+
+    def __repr__(self) -> str:
+        return f"Order({self.name!r})"
 
 
 LEAST_RECENTLY_USED = Order("least recently used", lambda item: item.last_use)
