@@ -1,7 +1,7 @@
 """One folder named by several spellings in a sequence of fresh processes: ``m``, ``./m``, ``/abs/m``, ``/abs/m/``
 and the same as ``pathlib.Path``. The spellings of one type name one folder, so they share a cache entry; what
 each process loads must still name the folder as that process spelled it, wherever plain derives a string from
-the path (``packages/overmind-*/tests/test_path_spellings.py``, through ``plain_sequences.compare_with_plain``).
+the path (``packages/overmind-*/tests/**/test_path_spellings.py``, through ``plain_sequences.compare_with_plain``).
 
 >>> steps = [x for form in FORMS for x in (spelled_as(*form), SCRIPT_WITH_PRELUDE)]
 

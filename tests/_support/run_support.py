@@ -1,4 +1,4 @@
-"""Helpers of the ``overmind run`` tests (packages/overmind-core/tests/test_run_*.py): start ``run`` as a
+"""Helpers of the ``overmind run`` tests (packages/overmind-core/tests/runner/test_run_*.py): start ``run`` as a
 real process against a private runtime directory, with a light preload list so templates start fast, and
 stop every template of that directory afterwards.
 """

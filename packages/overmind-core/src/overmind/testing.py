@@ -37,7 +37,7 @@ The core's parts as an adapter's tests reach them (each imports its part when ca
   :func:`set_thresholds` (a tiny model takes the path a full-size one takes).
 
 An adapter's tests import nothing of ``overmind`` but ``overmind``, ``overmind.adapter`` and this
-module (``packages/overmind-core/tests/test_import_graph.py`` holds them to it): a name they need goes
+module (``packages/overmind-core/tests/house/test_import_graph.py`` holds them to it): a name they need goes
 here, in ``__all__``.
 """
 from __future__ import annotations

@@ -91,7 +91,7 @@ _STATUS = ("pid", "uptime", "version", "protocol", "entries", "bytes", "max_byte
            "refused_keys", "marks", "marked_bytes")
 
 # One row an op: a new op is its row here, its ``_op_<name>`` method in the daemon that serves it,
-# its call in that daemon's client and, for a server op, its exchange in tests/test_wire_ops.py.
+# its call in that daemon's client and, for a server op, its exchange in tests/ipc/test_wire_ops.py.
 OPS: dict[str, Op] = {op.name: op for op in (
     Op("hello", SERVER, 1,
        "the first request on a connection; a protocol mismatch is an error with `reason` "

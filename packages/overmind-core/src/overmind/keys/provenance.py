@@ -109,7 +109,7 @@ def snapshot(obj: Any, describe_config: Callable[[Any], Any]) -> Any:
 
 def _walk(obj: Any, tensor_type: type) -> tuple[list, list]:
     """``(modules, rows)`` of a module tree, the snapshot's body; ``csrc/provenance_walk.cpp`` is its compiled twin
-    (keep them in step: ``tests/test_provenance_walk.py`` compares them)."""
+    (keep them in step: ``tests/keys/test_provenance_walk.py`` compares them)."""
     modules, tensors = [], []
     seen: set[int] = set()
     stack = [obj]

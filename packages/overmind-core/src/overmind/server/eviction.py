@@ -3,7 +3,7 @@
 The store describes each entry as an :class:`Item` (its bytes, when it was last used, what it
 references, whether it is pinned) and asks :func:`plan` for the victims that free ``need`` bytes
 under ``limit``; it then removes them. Nothing here touches an fd or the store's state, so the rule
-is tested on its own (``tests/test_eviction_plan.py``).
+is tested on its own (``tests/server/test_eviction_plan.py``).
 
 The rule every order keeps:
 

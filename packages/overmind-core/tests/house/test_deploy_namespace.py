@@ -17,7 +17,7 @@ import overmind
 from overmind.testing import run_fresh
 
 UNSHARE = ["unshare", "--user", "--map-current-user", "--pid", "--mount", "--fork", "--mount-proc"]
-SUPPORT = str(pathlib.Path(__file__).resolve().parents[3] / "tests")  # tests/_support: outside /tmp
+SUPPORT = str(pathlib.Path(__file__).resolve().parents[4] / "tests")  # tests/_support: outside /tmp
 
 
 def _namespaces_problem() -> str | None:

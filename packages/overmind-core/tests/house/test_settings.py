@@ -21,7 +21,7 @@ from overmind import settings
 from overmind.fallback import OvermindWarning
 from overmind.testing import run_fresh
 
-SRC = pathlib.Path(__file__).resolve().parents[2]  # packages/
+SRC = pathlib.Path(__file__).resolve().parents[3]  # packages/
 BAD = [s for s in settings.DECLARED if s.bad_example is not None]
 
 

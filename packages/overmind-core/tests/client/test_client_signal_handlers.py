@@ -192,7 +192,7 @@ def _caught(node) -> set[str]:
 def _load_path_sources():
     import pathlib
 
-    root = pathlib.Path(__file__).resolve().parents[3] / "packages"
+    root = pathlib.Path(__file__).resolve().parents[4] / "packages"
     for src in sorted(root.glob("overmind-*/src/*")):
         for path in sorted(src.rglob("*.py")):
             rel = path.relative_to(src).as_posix()

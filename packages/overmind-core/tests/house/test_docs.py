@@ -10,7 +10,7 @@ from pathlib import Path
 import overmind
 from overmind.adapters import hookspecs
 
-DOCS = Path(__file__).resolve().parents[3] / "docs"
+DOCS = Path(__file__).resolve().parents[4] / "docs"
 PACKAGE = Path(overmind.__file__).parent
 
 

@@ -215,7 +215,7 @@ def test_every_hook_is_documented_with_its_signature():
         fn = getattr(hookspecs, n)
         assert fn.__doc__ and len(fn.__doc__.strip()) > 40, n
         assert inspect.signature(fn).return_annotation is not inspect.Signature.empty, n
-    docs = open(__import__("os").path.join(__import__("os").path.dirname(__file__), "..", "..", "..", "docs",
+    docs = open(__import__("os").path.join(__import__("os").path.dirname(__file__), "..", "..", "..", "..", "docs",
                                            "adapters.md")).read()
     for n in names:
         assert n in docs, f"{n} is missing from docs/adapters.md"

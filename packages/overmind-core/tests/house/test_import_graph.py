@@ -131,7 +131,7 @@ def test_the_parts_stand_in_floors():
 def test_the_fixture_adapter_needs_nothing_of_overmind_but_the_kit():
     """tests/adapter_fixture is written as a third party would, against ``overmind.adapter`` alone; with that
     it passes the conformance checks (test_discovery.py::test_conformance_checks_pass_for_the_fixture_adapter)."""
-    fixture = Path(__file__).resolve().parents[3] / "tests" / "adapter_fixture" / "src" / "overmind_fixture_adapter"
+    fixture = Path(__file__).resolve().parents[4] / "tests" / "adapter_fixture" / "src" / "overmind_fixture_adapter"
     used = set()
     for path in fixture.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -218,7 +218,7 @@ def private_uses(path: Path) -> list[str]:
 
 def support_helpers(paths: list[Path]) -> list[Path]:
     """The modules of ``tests/_support`` (helpers several suites share) that ``paths`` import."""
-    support = Path(__file__).resolve().parents[3] / "tests" / "_support"
+    support = Path(__file__).resolve().parents[4] / "tests" / "_support"
     found = set()
     for path in paths:
         for module, names in imports_in(path):
@@ -234,7 +234,7 @@ def test_the_adapters_and_their_tests_import_only_the_public_kit():
     processes and the helpers of ``tests/_support`` they import included, are written against
     ``overmind``, ``overmind.adapter`` and ``overmind.testing`` alone: what an adapter or its tests
     need of the core is kit API, named in those modules' ``__all__``."""
-    packages = Path(__file__).resolve().parents[2]
+    packages = Path(__file__).resolve().parents[3]
     core = packages / "overmind-core"
     paths = sorted(packages.glob("overmind-*/src/**/*.py")) + sorted(packages.glob("*/tests/**/*.py"))
     paths = [p for p in paths if not p.is_relative_to(core)]

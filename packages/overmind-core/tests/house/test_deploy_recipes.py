@@ -29,7 +29,7 @@ from overmind.client import launcher
 from overmind.client.connection import Client
 from overmind.ipc import runtime
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 UNIT = ROOT / "deploy/systemd/overmind.service"
 MANIFESTS = sorted((ROOT / "deploy/kubernetes").glob("*.yaml"))
 PAGE = ROOT / "docs/deployment.md"

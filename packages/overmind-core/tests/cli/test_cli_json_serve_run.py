@@ -151,7 +151,7 @@ def test_every_exit_status_is_in_the_cli_page():
 
     from overmind.cli.commands import EXIT_CODES
 
-    page = (Path(__file__).resolve().parents[3] / "docs" / "cli.md").read_text()
+    page = (Path(__file__).resolve().parents[4] / "docs" / "cli.md").read_text()
     table = page.split("## Exit status", 1)[1].split("\n## ", 1)[0]
     rows = {line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ") and "---" not in line}
     assert rows - {"status"} == {str(code) for code in EXIT_CODES}, rows

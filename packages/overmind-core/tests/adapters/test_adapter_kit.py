@@ -38,7 +38,7 @@ def test_the_kit_table_of_the_docs_names_the_kit():
     import re
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[3] / "docs" / "adapters.md").read_text()
+    text = (Path(__file__).resolve().parents[4] / "docs" / "adapters.md").read_text()
     section = text[text.index("## The adapter kit"):]
     section = section[:section.index("\n## ", 1)]
     rows = [line for line in section.splitlines() if line.startswith("| `")]
@@ -96,7 +96,7 @@ def test_collect_takes_overriding_subclasses_once_and_warns_about_what_cannot_be
     assert [(t.owner, t.name, t.kind, t.adapter) for t in targets] == [
         (Base, "load", "classmethod", "kitlib"), (Overrides, "load", "classmethod", "kitlib")]
     messages = [str(w.message) for w in caught if issubclass(w.category, OvermindWarning)]
-    # kitlib.Gone is not defined by this "version": skipped quietly (tests/test_adapter_targets_by_version.py).
+    # kitlib.Gone is not defined by this "version": skipped quietly (tests/adapters/test_adapter_targets_by_version.py).
     assert len(messages) == 1 and "adapter kitlib (overmind-kitlib not installed" in messages[0]
     assert "kitlib.Base.__init__" in messages[0] and "not a classmethod" in messages[0]
     assert adapter.resolve_roots(specs) == (Base, Base, Base)
