@@ -10,7 +10,6 @@ it which packages hold patched loaders.
 from __future__ import annotations
 
 import sys
-import warnings
 
 
 class OvermindWarning(UserWarning):
@@ -20,6 +19,8 @@ class OvermindWarning(UserWarning):
 def warn_at_user_line(warning: Warning) -> None:
     """``warnings.warn(warning)`` attributed to the first frame outside Overmind, its adapters and the
     libraries they patched (the user's own line), whatever the depth of the call."""
+    import warnings  # here: ``overmind`` exports OvermindWarning, and overmind run's launcher imports none
+
     internal = _internal_packages()
     frame = sys._getframe(1)
     while frame.f_back is not None and _top_package(frame) in internal:
