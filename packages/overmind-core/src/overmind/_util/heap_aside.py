@@ -56,6 +56,14 @@ def set_aside() -> Iterator[None]:
                     gc.unfreeze()
 
 
+def leave_alone() -> None:
+    """This process froze its heap itself (an ``overmind run`` child): its loads leave it frozen, and
+    its first load does not walk it to find that out."""
+    global _allowed
+    with _lock:
+        _allowed = False
+
+
 def _after_fork_in_child() -> None:
     """The child's heap is its own again, and its loads leave it alone."""
     global _lock, _depth, _froze, _allowed

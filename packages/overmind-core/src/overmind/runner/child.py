@@ -112,10 +112,13 @@ def own_state() -> None:
     program's collections, and its exit's, walk only what the program makes)."""
     import gc
 
+    from .._util import heap_aside
+
     _reseed()
     _template_finalizers_stay()
     gc.collect()
     gc.freeze()
+    heap_aside.leave_alone()  # the program's loads leave the frozen heap as it is, without walking it
 
 
 def _targets(names: list[str]) -> list[int]:
