@@ -31,8 +31,8 @@ def pair():
     b.close()
 
 
-def test_protocol_version_is_5():
-    assert PROTOCOL_VERSION == 5  # 5: the admit op and a get's refused status
+def test_protocol_version_is_6():
+    assert PROTOCOL_VERSION == 6  # 6: the adopt op (entries imported from the fleet)
 
 
 def test_roundtrip_without_fds(pair):

@@ -20,7 +20,7 @@ from overmind.server.connection import Connection
 
 DAEMONS = [(Connection, ops.SERVER), (Template, ops.TEMPLATE)]
 # A value of the right kind for every request field the server reads (the test removes one at a time).
-SAMPLE = {"key": "k", "nbytes": 1, "entry_id": "e", "entry_ids": [], "keys": []}
+SAMPLE = {"key": "k", "nbytes": 1, "entry_id": "e", "entry_ids": [], "keys": [], "parts": []}
 
 
 @pytest.mark.parametrize("cls, daemon", DAEMONS, ids=[d for _, d in DAEMONS])
@@ -122,6 +122,10 @@ def test_the_server_replies_with_the_fields_the_table_declares(overmind_runtime,
     check("first_done", *c.call("first_done", key="k2", nbytes=5))
     check("get", *c.call("get", key="k3"))
     check("release", *c.call("release", key="k3"))
+    check("get", *c.call("get", key="k4"))
+    part = {"entry_id": "e-0", "kind": "entry", "digest": "0" * 64}
+    check("adopt", *c._call("adopt", {"key": "k4", "parts": [part]},
+                            [sealed_memfd(b"y" * 100), sealed_memfd(b"z" * 100)]))
     check("status", *c.call("status"))
     check("ls", *c.call("ls"))
     check("bad", *c.call("bad", key="k1", entry_id=entry_id))

@@ -195,6 +195,7 @@ def _print_status(st: dict[str, Any]) -> None:
         *([("marks", f"{st['marks']} key{'s' if st['marks'] != 1 else ''} loaded once, not cached "
                      f"({human_bytes(st.get('marked_bytes', 0))}): the next load of each publishes it")]
           if st.get("marks") else []),
+        *([("fleet", _fleet_line(st))] if any(st.get(k) for k in _FLEET_COUNTS) else []),
         *([("refused", f"{st['refused_keys']} key{'s' if st['refused_keys'] != 1 else ''} larger than the budget, "
                        f"loaded plainly (OVERMIND_MAX_BYTES)")] if st.get("refused_keys") else []),
         # The status request itself is one of the connections; don't count it as a client.
@@ -204,6 +205,20 @@ def _print_status(st: dict[str, Any]) -> None:
         ("log", st.get("log", "")),
     ]
     _print_rows(rows)
+
+
+_FLEET_COUNTS = ("fleet_imports", "fleet_uploads", "fleet_upload_failures", "fleet_uploads_pending")
+
+
+def _fleet_line(st: dict[str, Any]) -> str:
+    """The fleet's counters (overmind.fleet): entries imported from its store, uploaded to it."""
+    line = (f"{st.get('fleet_imports', 0)} imported from the store (store hits), "
+            f"{st.get('fleet_uploads', 0)} uploaded ({human_bytes(st.get('fleet_upload_bytes', 0))})")
+    if st.get("fleet_uploads_pending"):
+        line += f", {st['fleet_uploads_pending']} uploading"
+    if st.get("fleet_upload_failures"):
+        line += f", {st['fleet_upload_failures']} failed (see the log)"
+    return line
 
 
 def _percent(part: int, whole: int) -> str:

@@ -9,7 +9,7 @@ standard library and the light parts of overmind (no torch) until ``doctor`` che
 implementation.
 
     $ overmind status
-    server    pid 4121, up 2h 03m, overmind 0.1.0, protocol 5
+    server    pid 4121, up 2h 03m, overmind 0.1.0, protocol 6
     entries   3
     memory    1.6 GiB used of 31.2 GiB budget (5%)
     hits      12 of 15 gets (80%), 4.1 GiB served; 3 published, 0 evicted

@@ -179,6 +179,24 @@ class Client:
                 f"entry; the connection was dropped. An older server may still run: run 'overmind stop'.")
         return GetResult("hit", entry, self._pair(reply.get("fd_entries", []), fds))
 
+    def adopt(self, key: str, fd: int, meta: dict[str, Any],
+              parts: Iterable[tuple[dict[str, Any], int]]) -> GetResult:
+        """Hand the server an entry imported from the fleet (``server/imports.py``): ``fd`` its sealed
+        memfd, ``parts`` ``({entry_id, kind, digest}, sealed memfd)`` of the blobs it depends on, all left
+        open; answered like :meth:`publish_hit`."""
+        parts = list(parts)
+        reply, fds = self._call("adopt", {"key": key, "meta": meta,
+                                          "parts": [about for about, _ in parts]},
+                                [fd, *(part_fd for _, part_fd in parts)])
+        entry = reply.get("entry")
+        if reply.get("status") != "hit" or not (isinstance(entry, dict) and entry.get("key") == key):
+            close_fds(fds)
+            self._drop_connection()
+            raise ReplyMismatch(f"overmind: the server answered an adopt of {key[:12]} with "
+                                f"{_describe(reply)}, not a hit on the entry; the connection was "
+                                f"dropped. An older server may still run: run 'overmind stop'.")
+        return GetResult("hit", entry, self._pair(reply.get("fd_entries", []), fds))
+
     def publish(self, key: str, fd: int, *, deps: Iterable[str] = (), meta: dict[str, Any] | None = None) -> str:
         """Like :meth:`publish_hit`, but returns only the entry_id (the fds are closed)."""
         res = self.publish_hit(key, fd, deps=deps, meta=meta)

@@ -202,8 +202,12 @@ def _decode(entry: dict[str, Any], fds: dict[str, int], arguments: dict | None,
     adapters_meta = meta.get("adapters") or {}
     hooks.before_unpickle(adapters_meta)
 
+    # an entry imported from the fleet names its dependencies by its publisher's ids
+    # (server/imports.py)
+    fleet_ids = meta.get("fleet_ids") or {}
+
     def storage_source(where, offset, nbytes):
-        return (own if where is None else maps[where]).storage(offset, nbytes)
+        return (own if where is None else maps[fleet_ids.get(where, where)]).storage(offset, nbytes)
 
     skeleton = own.skeleton()
     obj = pickling.loads(skeleton, redirects.wrap(storage_source), meta.get("pickler", "pickle"), arguments,

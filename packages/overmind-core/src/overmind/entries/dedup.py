@@ -317,7 +317,8 @@ class Redirects:
             return
         from ..shm.reader import EntryMapping
 
-        targets = list(table.get("entries") or ())
+        fleet_ids = (entry.get("meta") or {}).get("fleet_ids") or {}  # an import's (server/imports.py)
+        targets = [fleet_ids.get(t, t) for t in table.get("entries") or ()]
         own = entry["entry_id"]
         mapped: dict[tuple[str, int], EntryMapping] = {}
         for local, nbytes, t, there, copy in rows:

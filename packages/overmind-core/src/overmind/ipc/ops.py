@@ -88,7 +88,8 @@ _HIT = (need("status", "`hit`"), need("key"), need("entry", _ENTRY + " of the en
 _STATUS = ("pid", "uptime", "version", "protocol", "entries", "bytes", "max_bytes", "claims",
            "waiting", "clients", "runtime_dir", "log", "torch_imported", "fds", "last_lost", "gets",
            "hits", "bytes_served", "publishes", "evictions", "blobs", "files", "file_bytes",
-           "refused_keys", "marks", "marked_bytes")
+           "refused_keys", "marks", "marked_bytes", "fleet_imports", "fleet_uploads",
+           "fleet_upload_bytes", "fleet_upload_failures", "fleet_uploads_pending")
 
 # One row an op: a new op is its row here, its ``_op_<name>`` method in the daemon that serves it,
 # its call in that daemon's client and, for a server op, its exchange in tests/ipc/test_wire_ops.py.
@@ -130,6 +131,14 @@ OPS: dict[str, Op] = {op.name: op for op in (
                     "`ctime_ns`}]")),
        reply=(*_HIT, need("entry_id")),
        fds_in="the sealed memfd, then one read-only fd per file of `files`", fds_out=_HIT_FDS),
+    Op("adopt", SERVER, 6,
+       "store an entry imported from the fleet's store as `key`, with the blobs it depends on as "
+       "parts (`server/imports.py`), answered like a `get` hit; reasons: `not sealed`, `budget`",
+       request=(need("key"), may("meta", "{json}: the entry's meta as its publisher wrote it"),
+                need("parts", "[{`entry_id`: the publisher's id, `kind`: `entry` | `file`, "
+                     "`digest`: sha256 hex}]")),
+       reply=(*_HIT, need("entry_id")),
+       fds_in="the entry's sealed memfd, then one sealed memfd per part", fds_out=_HIT_FDS),
     Op("first_done", SERVER, 5,
        "a first load ran under this connection's claim: publish it (another asked for `key` "
        "meanwhile; the claim stays), or not (`key` is marked and its claim released)",

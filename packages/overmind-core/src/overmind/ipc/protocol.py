@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 # Raised whenever a client and a server could misread each other's messages or entries: the two then refuse
 # each other at hello, with a message naming the fix ('overmind stop'). docs/architecture.md, "Wire protocol".
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 MAX_FDS_PER_FRAME = 250
 # A frame is a control message, never bulk data (bulk data travels as memfds), so a large length means a
 # confused or hostile peer: refuse it rather than allocate it.

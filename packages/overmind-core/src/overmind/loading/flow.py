@@ -53,7 +53,7 @@ from ..adapters import hooks
 from ..entries import codec
 from ..errors import OvermindError
 from ..keys import key
-from . import admission_by_reuse, claimed_load, code_deps, publish, scope, serve_hit
+from . import admission_by_reuse, claimed_load, code_deps, fleet_share, publish, scope, serve_hit
 from . import vary as vary_mod
 
 if TYPE_CHECKING:
@@ -177,6 +177,23 @@ def _ask(ck: key.CacheKey, nested: bool) -> _Asked:
     return _Asked(client, res, started, wait_s, since)
 
 
+# --- the fleet: a miss asks the fleet's store first (fleet_share.py) ----------------------------
+
+
+def _from_fleet(asked: _Asked, loader: key.Loader, ck: key.CacheKey,
+                recheck: _Recheck) -> GetResult | None:
+    """The fleet's entry for the call, imported under its key (claimed by this call), or None."""
+    try:
+        return fleet_share.serve_from_fleet(asked.client, loader, ck.key, recheck.arguments,
+                                            _value_hook)
+    except Exception as e:
+        interrupts.raise_users(e)
+        fallback.step_aside(f"overmind: could not import {loader.name}'s entry from the fleet "
+                            f"({type(e).__name__}: {fallback.brief(e)}); loaded it with its "
+                            f"loader.", e)
+        return None
+
+
 # --- variant: an entry that says the call varies with state outside its key (vary.py) -----------
 
 
@@ -228,11 +245,17 @@ def _under_claim(asked: _Asked, loader: key.Loader, ck: key.CacheKey, args: tupl
     any exception; then let go the process's other threads that wait on the claim held for it."""
     client, res, started = asked.client, asked.res, asked.started
     try:
+        if vary is None and recheck is not None and fleet_share.enabled():
+            imported = _from_fleet(asked, loader, ck, recheck)
+            if imported is not None:  # a hit on the entry another node built
+                return serve_hit.serve(client, loader, ck, imported, args, kwargs, arguments,
+                                       call_frame, asked.since)
         room = res.room  # None: this process started the server (it holds nothing yet)
         first = started or res.first  # a server this process started has marked nothing yet
         return _load_claimed(client, loader, ck, args, kwargs, recheck, arguments, stack,
                              call_frame, vary, room,
-                             first and not admission_by_reuse.publishes_first())
+                             first and not admission_by_reuse.publishes_first()
+                             and not fleet_share.enabled())
     except BaseException:
         # The loader raised, or Ctrl-C / a signal handler's exception arrived anywhere while this
         # call held the claim: give it back now, or other processes wait on it until this
@@ -333,9 +356,10 @@ def _publish_result(client: Client, claimed: claimed_load.ClaimedLoad, ck: key.C
                             f"result.", publish.BudgetRefused(refusal))
         return _NOT_PUBLISHED
     try:
+        extra_meta = dict(claimed.after or {}, **fleet_share.publish_meta(target.key))
         rebuilt = publish.publish(client, loader, target, result, arguments, recheck,
                                   claimed.arena, claimed.warned.records,
-                                  claimed.logged.for_entry(), claimed.after, claimed.writes)
+                                  claimed.logged.for_entry(), extra_meta or None, claimed.writes)
         if target is not ck:  # the call's key names what its variants vary with
             publish.publish_marker(client, loader, ck, claimed.names)
         names = claimed.names

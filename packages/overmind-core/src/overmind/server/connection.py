@@ -17,7 +17,7 @@ import time
 from .._version import __version__
 from ..ipc import ops
 from ..ipc.protocol import PROTOCOL_VERSION, close_fds
-from . import blobs
+from . import blobs, imports
 from .log import log
 from .store import GetOutcome, StoreError
 from .wire import FrameReader, Outbox
@@ -269,6 +269,28 @@ class Connection:
         assert out.entry is not None  # a publish is answered like a get hit
         return dict(reply, entry_id=out.entry["entry_id"]), out_fds
 
+    def _op_adopt(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
+        # An entry a client imported from the fleet, with its parts (server/imports.py)
+        try:
+            key = self._own_key(msg)
+            meta = msg.get("meta") or {}
+            if not isinstance(meta, dict):
+                raise BadRequest(f"'meta' must be a JSON object, got {type(meta).__name__}")
+            if not fds:
+                raise BadRequest("adopt carries the entry's sealed memfd, then one per part")
+            try:
+                parts = imports.parse_parts(msg.get("parts", []), len(fds) - 1)
+            except imports.BadImport as exc:
+                raise BadRequest(str(exc)) from None
+        except BaseException:
+            close_fds(fds)
+            raise
+        out = self.store.store_import(key, self.conn_id, fds[0], meta,
+                                      [(*part, fd) for part, fd in zip(parts, fds[1:])])
+        reply, out_fds = self._get_reply(msg, out)
+        assert out.entry is not None  # an adopt is answered like a get hit
+        return dict(reply, entry_id=out.entry["entry_id"]), out_fds
+
     def _op_blobs(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:
         # Which entries hold bytes that may equal a publisher's storages (overmind.entries.dedup compares them).
         try:
@@ -319,7 +341,9 @@ class Connection:
             "runtime_dir": self.server.runtime_dir, "log": self.server.log_file,
             "torch_imported": "torch" in sys.modules, "fds": _open_fds(), "last_lost": self.server.last_lost,
             **{k: stats[k] for k in ("gets", "hits", "bytes_served", "publishes", "evictions", "blobs",
-                                   "files", "file_bytes", "refused_keys", "marks", "marked_bytes") if k in stats},
+                                   "files", "file_bytes", "refused_keys", "marks", "marked_bytes",
+                                   "fleet_imports") if k in stats},
+            **self.server.uploads.counters, "fleet_uploads_pending": self.server.uploads.pending(),
         }, []
 
     def _op_ls(self, msg: dict, fds: list[int]) -> tuple[dict, list[int]]:

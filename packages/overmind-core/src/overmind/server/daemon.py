@@ -33,6 +33,7 @@ from .handoff import SpawnerClaim
 from .limits import Limits
 from .log import INFO, WARNING, log
 from .store import Store, process_owner
+from .uploads import Uploader
 from .wire import BufferBudget, FrameReader
 
 WATCH_EVERY_S = 0.25  # how often the runtime directory is checked (a client waits at most about this long)
@@ -58,6 +59,8 @@ class Server:
         self.log_file = runtime.log_path(self.runtime_dir)
         self.limits = limits or Limits.from_env()
         self.store = Store(max_bytes)
+        self.uploads = Uploader()  # to the fleet's store, where OVERMIND_FLEET is set (uploads.py)
+        self.store.on_publish = self.uploads.on_publish
         self.buffer_budget = BufferBudget(self.limits.max_buffered_bytes)
         self.started = time.monotonic()
         self.clients = 0

@@ -18,10 +18,11 @@ class Entry:
 
     ``bad``: out of service, kept only while other entries reference it. A file entry's ``path`` is
     the checkpoint file's path as the publisher saw it, and its ``identity`` the
-    ``protocol.file_identity`` when published (None for a memfd entry)."""
+    ``protocol.file_identity`` when published (None for a memfd entry). ``part``: a blob of an
+    entry imported from the fleet (``server/imports.py``), kept while an entry references it."""
 
     __slots__ = ("entry_id", "key", "fd", "nbytes", "meta", "deps", "created", "last_used", "lru",
-                 "hits", "referenced_by", "bad", "path", "identity")
+                 "hits", "referenced_by", "bad", "path", "identity", "part")
 
     def __init__(self, entry_id: str, key: str, fd: int, nbytes: int, meta: dict[str, Any],
                  deps: list[str], created: float, last_used: float, lru: int, path: str = "",
@@ -34,6 +35,7 @@ class Entry:
         self.bad = False
         self.path = path
         self.identity = identity
+        self.part = False
 
     def __repr__(self) -> str:
         return (f"Entry({self.entry_id!r}, key={self.key!r}, nbytes={self.nbytes}, "
@@ -45,8 +47,9 @@ class Entry:
 
     @property
     def keyless(self) -> bool:
-        """Kept only while another entry references it (out of service, or a file entry)."""
-        return self.bad or self.is_file
+        """Kept only while another entry references it (out of service, a file entry, an imported
+        part)."""
+        return self.bad or self.is_file or self.part
 
     def changed(self) -> bool:
         """Whether a file entry's file is no longer what it was when published (or was deleted)."""

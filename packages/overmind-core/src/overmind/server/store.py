@@ -31,14 +31,14 @@ import time
 
 from ..errors import OvermindError
 from ..ipc.protocol import FILE_IDENTITY_FIELDS, file_entry_id, file_identity, is_file_entry
-from . import admission, blobs, claims, eviction, marks, sealing
+from . import admission, blobs, claims, eviction, imports, marks, sealing
 from .claims import process_owner
 from .entry import Entry
 from .log import log
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
 
 
 
@@ -81,7 +81,10 @@ class Store:
         self.marks = marks.Marks()  # keys loaded once and not published (server/marks.py)
         # For 'overmind status': gets answered, hits among them, bytes those hits mapped (with their deps),
         # entries published, entries evicted (budget or request).
-        self.counters = {"gets": 0, "hits": 0, "bytes_served": 0, "publishes": 0, "evictions": 0}
+        self.counters = {"gets": 0, "hits": 0, "bytes_served": 0, "publishes": 0, "evictions": 0,
+                         "fleet_imports": 0}
+        # called with each published entry and the entries it depends on (server/uploads.py)
+        self.on_publish: Callable[[Entry, list[Entry]], None] | None = None
 
     # ---- get / claim / release -------------------------------------------------------------------------
     def get(self, key: str, owner: int, *, claim: bool, counted: bool = True) -> GetOutcome:
@@ -185,6 +188,51 @@ class Store:
                 if file_entry is not None and not file_entry.referenced_by:
                     self._remove(file_entry)
 
+    def store_import(self, key: str, owner: int, fd: int, meta: dict[str, Any],
+                     parts: list[tuple[str, str, str, int]]) -> GetOutcome:
+        """Store an entry imported from the fleet (``server/imports.py``): ``fd`` its sealed memfd,
+        ``parts`` ``(publisher's id, kind, digest, sealed memfd)`` of the blobs it depends on; every fd
+        passes to the store. Answered like :meth:`publish`. A part already held (another import
+        shares the blob) is reused and its new fd closed."""
+        made: list[str] = []
+        fleet_ids: dict[str, str] = {}
+        try:
+            for i, (foreign, kind, digest, part_fd) in enumerate(parts):
+                local = imports.part_id(kind, digest)
+                fleet_ids[foreign] = local
+                if local in self._by_id:
+                    _close_quietly(part_fd)
+                    continue
+                try:
+                    size = sealing.sealed_size(part_fd)
+                except sealing.NotSealed as exc:
+                    for _, _, _, rest in parts[i:]:
+                        _close_quietly(rest)
+                    raise StoreError("not sealed", f"adopt refused: part {local}: {exc}.") from None
+                now = time.time()
+                part = Entry(local, "", part_fd, blobs.held_bytes(part_fd, size),
+                             {"digest": digest, "kind": kind}, [], created=now, last_used=now,
+                             lru=next(self._ticks))
+                part.part = True
+                self._by_id[local] = part
+                self._used += part.nbytes
+                made.append(local)
+        except BaseException:
+            for local in made:
+                self._remove(self._by_id[local])
+            _close_quietly(fd)
+            raise
+        meta = dict(meta, **{imports.FLEET_IDS: fleet_ids})
+        try:
+            outcome = self._hit(self._store(key, owner, fd, list(dict.fromkeys(fleet_ids.values())),
+                                            meta, [], imported=True))
+        finally:
+            for local in made:  # refused, or the key was cached meanwhile: parts nobody references go
+                part = self._by_id.get(local)
+                if part is not None and not part.referenced_by:
+                    self._remove(part)
+        return outcome
+
     def _adopt_files(self, files: list[tuple[dict[str, Any], int]]) -> list[str]:
         """Take each described file's fd as its file entry (or close it if that entry exists); the ids
         created. Every fd is closed or kept, whatever is raised."""
@@ -243,7 +291,7 @@ class Store:
         return entry
 
     def _store(self, key: str, owner: int, fd: int, deps: list[str], meta: dict[str, Any],
-               held: list[tuple[str, int]] | None = None) -> Entry:
+               held: list[tuple[str, int]] | None = None, imported: bool = False) -> Entry:
         try:
             try:
                 # Pages really held: storages found in other entries were left as holes (overmind.entries.dedup).
@@ -278,12 +326,14 @@ class Store:
                 self._by_id[d].referenced_by.add(entry.entry_id)
             self._used += nbytes
             self.blobs.add(entry.entry_id, held or [])
-            self.counters["publishes"] += 1
+            self.counters["publishes" if not imported else "fleet_imports"] += 1
             self.refusals.forget(key)
             self.marks.drop(key)
             self.claims.settle(key)  # the key is cached: waiters wake and take the hit
             log.info("published %s (%d bytes, deps %s); %d/%d bytes used", entry.entry_id, nbytes,
                      entry.deps, self._used, self.max_bytes)
+            if not imported and self.on_publish is not None:
+                self.on_publish(entry, [self._by_id[i] for i in self._closure(entry.deps)])
             return entry
         except BaseException:
             _close_quietly(fd)
@@ -499,7 +549,8 @@ class Store:
                 dep.referenced_by.discard(entry.entry_id)
                 if dep.keyless and not dep.referenced_by and d not in keep:
                     log.info("evicting %s entry %s: its last referent %s is gone",
-                             "file" if dep.is_file else "bad", d, entry.entry_id)
+                             "file" if dep.is_file else "imported part" if dep.part else "bad", d,
+                             entry.entry_id)
                     self._remove(dep, keep)
 
 

@@ -1,0 +1,120 @@
+"""The fleet on a load (``overmind.fleet``, ``OVERMIND_FLEET``): a local miss asks the fleet's store
+for the call's entry before its loader runs, and a publish carries the call's portable key, by
+which the server uploads the entry for the other nodes (``server/uploads.py``).
+
+A portable key (``keys/portable.py``) describes the call by content (a file by its digest, not its
+path or inode) and by the software stack, so it is the same on every node that would build the same
+entry. Found in the store, the entry is verified (its signature with the fleet key, every blob's
+digest) before anything of it is unpickled, streamed into sealed memfds and handed to the server
+(op ``adopt``), which then serves it under this node's own key: the call is a hit. Anything that
+goes wrong on the way (the store down or slow, an entry refused) says so once and the loader runs,
+as on any miss. With a fleet, a first load publishes at once: another node is the reuse.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING, Any, Callable
+
+from .. import fallback
+from .._util import interrupts
+from ..adapters import hooks
+from ..errors import OvermindError
+from ..keys import key
+
+if TYPE_CHECKING:
+    from ..client.connection import Client, GetResult
+
+log = logging.getLogger("overmind")
+
+# local key -> (portable key, stack) of the calls this process asked the fleet for, until published
+_portable: dict[str, tuple[str, dict]] = {}
+_MAX_REMEMBERED = 1024
+_unusable: list[str] = []  # the fleet's configuration error, said once a process
+
+
+def fleet() -> Any:
+    """This process's fleet (``fleet.config.Fleet``), or None: none set, or unusable (said once)."""
+    if _unusable:
+        return None
+    from ..fleet import config
+
+    try:
+        return config.fleet()
+    except OvermindError as e:
+        _unusable.append(str(e))
+        fallback.step_aside(f"overmind: the fleet is off for this process: {e}", e)
+        return None
+
+
+def enabled() -> bool:
+    """Whether ``OVERMIND_FLEET`` names a usable fleet."""
+    from .. import settings
+
+    return bool(getattr(settings.current(), "fleet", None)) and fleet() is not None
+
+
+def serve_from_fleet(client: Client, loader: key.Loader, local_key: str, arguments: dict,
+                     value_hook: Callable[[Any], Any]) -> GetResult | None:
+    """A hit on the fleet's entry for this call, imported under ``local_key`` (claimed by this
+    call), or None: no fleet, no entry there, or it could not be had (said once)."""
+    found = fleet()
+    if found is None:
+        return None
+    from ..fleet import errors, transfer
+    from ..keys import portable
+
+    try:
+        stack = portable.stack()
+        portable_key = portable.portable_key(loader, arguments,
+                                             lambda: hooks.key_parts(loader, arguments),
+                                             value_hook)
+    except key.Unkeyable as e:
+        log.debug("not asking the fleet for %s: %s", loader.name, e)
+        return None
+    _remember(local_key, portable_key, stack)
+    try:
+        imported = transfer.download(found.store, found.key, portable_key, stack)
+    except errors.Refused as e:
+        fallback.step_aside(f"overmind: refused the fleet's entry for {loader.name} from "
+                            f"{found.url} ({e}); loaded it with its loader.", e)
+        return None
+    except Exception as e:
+        interrupts.raise_users(e)
+        fallback.step_aside(f"overmind: cannot read the fleet's store {found.url} "
+                            f"({type(e).__name__}: {fallback.brief(e)}); loaded {loader.name} with "
+                            f"its loader. Run 'overmind doctor'.", e)
+        return None
+    if imported is None:
+        log.debug("the fleet has no entry for %s (%s)", loader.name, portable_key[:16])
+        return None
+    _portable.pop(local_key, None)  # imported: nothing to upload
+    return _adopt(client, local_key, imported)
+
+
+def _adopt(client: Client, local_key: str, imported: Any) -> GetResult:
+    manifest = imported.manifest
+    digests = {d["entry_id"]: d["digest"] for d in manifest["deps"]}
+    parts = [({"entry_id": eid, "kind": kind, "digest": digests[eid]}, fd)
+             for eid, fd, kind in imported.deps]
+    fds = [imported.main[1], *(fd for _, fd in parts)]
+    try:
+        return client.adopt(local_key, imported.main[1], manifest["entry"]["meta"], parts)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def publish_meta(local_key: str) -> dict:
+    """The meta that makes the server upload the entry of ``local_key`` (its portable key and
+    stack), where this process asked the fleet for it; ``{}`` otherwise."""
+    known = _portable.pop(local_key, None)
+    if known is None:
+        return {}
+    return {"fleet": {"portable_key": known[0], "stack": known[1]}}
+
+
+def _remember(local_key: str, portable_key: str, stack: dict) -> None:
+    if len(_portable) >= _MAX_REMEMBERED:
+        del _portable[next(iter(_portable))]
+    _portable[local_key] = (portable_key, stack)
