@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Mapping
 
 __all__ = ["Setting", "Settings", "DECLARED", "current", "reload", "describe", "problems", "clean_env",
-           "parse_bool", "parse_seconds", "parse_size"]
+           "parse_bool", "parse_seconds", "parse_size", "parse_store_url"]
 
 
 # ---- parsers: each returns the value or raises ValueError ------------------------------------------------
@@ -90,6 +90,27 @@ def _names(text: str) -> frozenset:
 
 def _path(text: str) -> str:
     return os.path.abspath(os.path.expanduser(text))
+
+
+def parse_store_url(text: str) -> tuple[str, str, str]:
+    """A fleet store's URL -> ``("s3", bucket, prefix)`` or ``("file", "", absolute directory)``."""
+    import re
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(text.strip())
+    if parts.query or parts.fragment:
+        raise ValueError(text)
+    if parts.scheme == "s3" and re.fullmatch(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]", parts.netloc):
+        return "s3", parts.netloc, parts.path.strip("/")
+    if parts.scheme == "file" and parts.netloc in ("", "localhost") and parts.path.startswith("/"):
+        return "file", "", os.path.normpath(unquote(parts.path))
+    raise ValueError(text)
+
+
+def _store_url(text: str) -> str:
+    """The canonical spelling of a fleet store's URL: ``s3://bucket/prefix`` or ``file:///dir``."""
+    scheme, bucket, path = parse_store_url(text)
+    return f"s3://{bucket}/{path}".rstrip("/") if scheme == "s3" else "file://" + path
 
 
 # ---- the table -------------------------------------------------------------------------------------------
@@ -202,6 +223,17 @@ DECLARED: tuple[Setting, ...] = (
             _size_or_zero, "plenty"),
     Setting("OVERMIND_SERVE_TEMPLATE", "serve_template", True, _BOOL,
             "'overmind serve' also starts this interpreter's 'overmind run' template", parse_bool, "sure"),
+    # the fleet (overmind.fleet): nodes sharing entries through a store.
+    Setting("OVERMIND_FLEET", "fleet", None, "s3://bucket/prefix or file:///absolute/directory",
+            "the fleet store: a local miss imports the entry from it, a publish uploads the entry to it (needs "
+            "OVERMIND_FLEET_KEY_FILE; S3 credentials and endpoint come from boto3's chain: AWS_ACCESS_KEY_ID, "
+            "AWS_ENDPOINT_URL, ...)", _store_url, "ftp://example.com/fleet"),
+    Setting("OVERMIND_FLEET_KEY_FILE", "fleet_key_file", None, "a file path",
+            "the file holding the fleet key (16 bytes or more) that signs and verifies the fleet's entries: whoever "
+            "holds it can run code on every node", _path),
+    Setting("OVERMIND_FLEET_TIMEOUT", "fleet_timeout", 30.0, _SECONDS.format(name="OVERMIND_FLEET_TIMEOUT", default=30),
+            "how long a request to the fleet store may take to connect, and to each read of its answer",
+            parse_seconds, "never"),
 )
 _BY_NAME = {s.name: s for s in DECLARED}
 
@@ -239,6 +271,9 @@ class Settings(Frozen):
     template_idle: float
     template_objects: int
     serve_template: bool
+    fleet: str | None
+    fleet_key_file: str | None
+    fleet_timeout: float
     sources: Mapping[str, str]
     _compared = tuple(s.attr for s in DECLARED)
     __slots__ = _fields = (*_compared, "sources")

@@ -104,6 +104,7 @@ FLOORS = [
     ["settings"],
     ["fallback", "ipc", "native"],
     ["client", "shm"],
+    ["fleet"],
     ["keys", "server", "inspection"],
     ["adapters"],
     ["entries"],

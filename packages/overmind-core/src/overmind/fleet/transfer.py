@@ -1,0 +1,192 @@
+"""Moving one entry between a node and the store: :func:`upload` from the entry's fds, :func:`download` into
+new sealed memfds.
+
+>>> sent = upload(store, key, pkey, stack, "e1", meta, entry_fd, [("e0", dep_fd, "entry")])
+>>> got = download(store, key, pkey, stack)     # None: no entry for pkey in the store
+>>> got.main                                    # ("e1", fd of a sealed memfd holding the same bytes)
+
+The upload writes each blob the store lacks, then the signed manifest, last: until the manifest is there no
+node finds the entry, so an upload killed half-way leaves nothing importable, and two nodes uploading the same
+entry write the same blobs and each a valid manifest. The download verifies the manifest before it reads a
+blob, and every blob's size and sha256 before it hands out an fd: nothing unpickles bytes the fleet key did not
+vouch for. Its memfds are sparse where a blob has all-zero 64 KiB runs (they are never written), and sealed as
+the server requires of an entry (:data:`overmind.shm.seals.APPLIED`).
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import io
+import os
+from typing import Any, NamedTuple
+
+from ..shm import seals
+from .errors import NotInStore, Refused
+from .manifest import BlobRef, blobs, build, sign, verify
+from .stores import Store
+
+_CHUNK = 1 << 20
+_PAGE = 64 << 10  # the run of zeros a download leaves unwritten (a hole of the memfd)
+_ZEROS = bytes(_PAGE)
+
+
+class Imported(NamedTuple):
+    """A downloaded entry: its verified manifest, ``main`` = ``(entry_id, fd)`` and ``deps`` = ``[(entry_id,
+    fd, kind), ...]``, each fd a sealed memfd the caller owns (:meth:`close` closes them all)."""
+
+    manifest: dict[str, Any]
+    main: tuple[str, int]
+    deps: list[tuple[str, int, str]]
+
+    def close(self) -> None:
+        for fd in [self.main[1], *(d[1] for d in self.deps)]:
+            os.close(fd)
+
+
+class FdReader(io.RawIOBase):
+    """The first ``size`` bytes of ``fd`` as a seekable file, read with ``pread``: the fd's own offset, which
+    other threads may share, never moves."""
+
+    def __init__(self, fd: int, size: int):
+        super().__init__()
+        self._fd, self._size, self._pos = fd, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        want = min(len(buffer), self._size - self._pos)
+        if want <= 0:
+            return 0
+        data = os.pread(self._fd, want, self._pos)
+        buffer[:len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = (0, self._pos, self._size)[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+
+def digest_of(fd: int) -> tuple[str, int]:
+    """``(sha256 hex, size)`` of the whole content of ``fd`` (read with ``pread``)."""
+    size = os.fstat(fd).st_size
+    h = hashlib.sha256()
+    pos = 0
+    while pos < size:
+        data = os.pread(fd, min(_CHUNK, size - pos), pos)
+        if not data:
+            break
+        h.update(data)
+        pos += len(data)
+    return h.hexdigest(), pos
+
+
+def upload(store: Store, key: bytes, portable_key: str, stack: dict[str, Any], entry_id: str,
+           meta: dict[str, Any], main_fd: int, deps: list[tuple[str, int, str]]) -> int:
+    """Put one entry in ``store`` under ``portable_key``: its blobs the store lacks, then its manifest signed
+    with ``key``. Returns the bytes of blob uploaded (0 when the store had them all). Raises
+    :class:`~overmind.fleet.errors.StoreError` when the store fails; nothing is then importable."""
+    items = [(entry_id, main_fd, "entry"), *deps]
+    refs: list[BlobRef] = []
+    sent = 0
+    for eid, fd, kind in items:
+        digest, size = digest_of(fd)
+        refs.append(BlobRef(eid, digest, size, kind))
+        if any(r.digest == digest for r in refs[:-1]) or store.has_blob(digest):
+            continue
+        store.put_blob(digest, FdReader(fd, size), size)  # type: ignore[arg-type]
+        sent += size
+    store.put_ref(portable_key, sign(build(portable_key, stack, entry_id, meta, refs[0], refs[1:]), key))
+    return sent
+
+
+def download(store: Store, key: bytes, portable_key: str, stack: dict[str, Any]) -> Imported | None:
+    """The entry stored under ``portable_key``, verified, in sealed memfds; None when the store has none.
+    Raises :class:`~overmind.fleet.errors.Refused` (an entry not to import: bad signature, foreign, a blob
+    damaged, cut short or missing) or :class:`~overmind.fleet.errors.StoreError`; no fd is left open then."""
+    data = store.get_ref(portable_key)
+    if data is None:
+        return None
+    manifest = verify(data, key, portable_key, stack)
+    main, deps = blobs(manifest)
+    fds: dict[str, int] = {}  # digest -> the memfd that holds it; a blob named twice is fetched once
+    handed: list[int] = []
+    try:
+        for ref in [main, *deps]:
+            if ref.digest not in fds:
+                fds[ref.digest] = _fetch(store, ref, portable_key)
+                handed.append(fds[ref.digest])
+            else:
+                handed.append(os.dup(fds[ref.digest]))
+    except BaseException:
+        for fd in handed:
+            os.close(fd)
+        raise
+    return Imported(manifest, (main.entry_id, handed[0]),
+                    [(d.entry_id, fd, d.kind) for d, fd in zip(deps, handed[1:])])
+
+
+def _fetch(store: Store, ref: BlobRef, portable_key: str) -> int:
+    """A sealed memfd holding blob ``ref``, checked against its size and digest."""
+    fd = os.memfd_create(f"overmind-fleet-{ref.digest[:16]}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, ref.size)
+        try:
+            stream = store.open_blob(ref.digest)
+        except NotInStore:
+            raise Refused("missing", f"the fleet entry {portable_key} names blob {ref.digest}, which is not in "
+                                     f"{store.url}; the store was pruned by hand. Loading without it.") from None
+        with stream:
+            got, digest = _copy_sparse(stream, fd, ref.size)
+        if got != ref.size:
+            raise Refused("truncated", f"blob {ref.digest} of fleet entry {portable_key} in {store.url} has "
+                                       f"{'more than ' if got > ref.size else ''}{got} bytes, not {ref.size}; "
+                                       "it was damaged in the store. Loading without it.")
+        if digest != ref.digest:
+            raise Refused("digest", f"blob {ref.digest} of fleet entry {portable_key} in {store.url} has other "
+                                    f"bytes (sha256 {digest}); it was damaged or tampered with in the store. "
+                                    "Loading without it.")
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals.APPLIED)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _copy_sparse(stream: Any, fd: int, size: int) -> tuple[int, str]:
+    """Copy ``stream`` into ``fd`` (already ``size`` long), leaving all-zero 64 KiB runs unwritten, up to
+    ``size`` bytes and one more (to notice a longer blob). Returns ``(bytes read, sha256 hex)``."""
+    h = hashlib.sha256()
+    pos = 0
+    carry = b""
+    while True:
+        data = stream.read(_CHUNK)
+        if not data:
+            break
+        if pos + len(carry) + len(data) > size:
+            return pos + len(carry) + len(data), ""
+        h.update(data)
+        buf = carry + data if carry else data
+        whole = len(buf) - len(buf) % _PAGE
+        _write_nonzero(fd, buf, whole, pos)
+        pos += whole
+        carry = buf[whole:]
+    _write_nonzero(fd, carry, len(carry), pos)
+    return pos + len(carry), h.hexdigest()
+
+
+def _write_nonzero(fd: int, buf: bytes, length: int, offset: int) -> None:
+    for start in range(0, length, _PAGE):
+        piece = buf[start:min(start + _PAGE, length)]  # bytes, not a memoryview: its == is a memcmp
+        if piece != _ZEROS[:len(piece)]:
+            done = 0
+            while done < len(piece):
+                done += os.pwrite(fd, piece[done:], offset + start + done)
