@@ -5,7 +5,8 @@ Two values get the same canonical form only if a loader cannot tell them apart:
 - atoms by type and exact value (``1``, ``1.0``, ``True``, ``0.0`` and ``-0.0`` are four different values);
 - containers by type, contents in their order (a set by its sorted elements), and the identity structure
   of what they hold (``[a, a]`` is not ``[a, copy(a)]``);
-- a path (``str``, ``bytes`` or ``os.PathLike`` naming something that exists) by its file fingerprint;
+- a path (``str``, ``bytes`` or ``os.PathLike`` naming something that exists) by its file fingerprint (inside
+  :func:`overmind.keys.portable.portable_mode`, by its files' contents alone, not where it lies);
 - a tensor by its class, dtype, shape, stride, offset, device, flags (conjugate, negative, requires_grad),
   ``.grad``, Python attributes and bytes; an earlier load's module or tensor by its entry (see
   :mod:`overmind.keys.provenance`);
@@ -412,6 +413,8 @@ def _bytes_or_path(b: bytes) -> Any:
     if b and len(b) < 4096 and b"\0" not in b:
         try:
             if os.path.exists(b):
+                if fingerprint.PORTABLE.get():
+                    return ("bytes", _path(os.fsdecode(b)))
                 return ("bytes", b.hex(), _path(os.fsdecode(b)))
         except (OSError, ValueError) as exc:
             interrupts.raise_users(exc)
@@ -419,6 +422,8 @@ def _bytes_or_path(b: bytes) -> Any:
 
 
 def _path(path: str) -> Any:
+    if fingerprint.PORTABLE.get():  # where the files lie is one node's; what they hold is everyone's
+        return ("path", fingerprint.fingerprint(path))
     return ("path", os.path.abspath(path), fingerprint.fingerprint(path))
 
 
