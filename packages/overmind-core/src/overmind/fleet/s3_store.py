@@ -2,8 +2,9 @@
 
 Credentials, region and endpoint come from boto3's own chain (``AWS_ACCESS_KEY_ID``, ``AWS_PROFILE``, an
 instance role, ``AWS_ENDPOINT_URL`` for a store that is not AWS), never from Overmind's settings. Every
-request has the fleet timeout to connect and for each read, and one retry: a store that is down or stalled
-costs a load seconds, not minutes. A blob up to :attr:`S3Store.multipart_above` bytes is one PUT; a larger
+request has the fleet timeout to connect and for each read, and two attempts in all (``total_max_attempts``:
+boto3's ``max_attempts`` counts retries only): a store that is down or stalled costs a load about twice the
+timeout at most, not minutes. A blob up to :attr:`S3Store.multipart_above` bytes is one PUT; a larger
 one a multipart upload. Either way the object appears only when complete, and a failed multipart upload is
 aborted (a lifecycle rule for incomplete uploads sweeps what a killed process leaves).
 """
@@ -34,14 +35,14 @@ class S3Store(Store):
         self.url = f"s3://{bucket}/{self.prefix}".rstrip("/")
         self._errors = (exceptions.BotoCoreError, exceptions.ClientError)
         config = Config(connect_timeout=timeout, read_timeout=timeout, signature_version="s3v4",
-                        retries={"max_attempts": 2, "mode": "standard"}, s3={"addressing_style": "path"})
+                        retries={"total_max_attempts": 2, "mode": "standard"}, s3={"addressing_style": "path"})
         self._client = boto3.session.Session().client("s3", config=config)
 
     def _fail(self, what: str, exc: BaseException) -> StoreError:
         return StoreError(self.url, f"{what} failed ({type(exc).__name__}: {exc}); {_ADVICE}")
 
     def _code(self, exc: BaseException) -> str:
-        return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+        return str((getattr(exc, "response", None) or {}).get("Error", {}).get("Code", ""))
 
     def has_blob(self, digest: str) -> bool:
         key = self.prefix + BLOBS + check_name(digest, "blob digest")
