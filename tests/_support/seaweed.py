@@ -118,6 +118,13 @@ class Seaweed:
                             os.unlink(os.path.join("/tmp", name))
 
 
+def _die_with_parent() -> None:
+    """In the child: SIGKILL when the test process dies, so a killed pytest worker leaves no server behind."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 BUCKET = "overmind"
 # The master grows a collection (an S3 bucket) by one volume at a time, not seven: a bucket costs one volume.
 _MASTER_TOML = "[master.volume_growth]\ncopy_1 = 1\ncopy_2 = 2\ncopy_3 = 3\ncopy_other = 1\n"
@@ -145,7 +152,7 @@ def start(directory: str, timeout: float = 60) -> Seaweed:
             *(f"-{name}.port={port}" for name, port in ports.items() if name != "s3"), f"-s3.port={ports['s3']}"]
     with open(os.path.join(directory, "weed.log"), "wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=directory, start_new_session=True)
+                                cwd=directory, start_new_session=True, preexec_fn=_die_with_parent)
     server = Seaweed(proc, directory, ports)
     deadline = time.monotonic() + timeout
     while True:
