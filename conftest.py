@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from _support import TEST_PLUGINS_DIR
+from _support.seaweed import s3_url, seaweed  # noqa: F401  (fixtures: a real S3 store for the fleet tests)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -6,7 +6,6 @@ import os
 
 import pytest
 
-from _support.seaweed import s3_url, seaweed  # noqa: F401  (fixtures)
 from overmind.fleet.config import open_store
 
 

@@ -99,7 +99,7 @@ def _adopt(client: Client, local_key: str, imported: Any) -> GetResult:
              for eid, fd, kind in imported.deps]
     fds = [imported.main[1], *(fd for _, fd in parts)]
     try:
-        return client.adopt(local_key, imported.main[1], manifest["entry"]["meta"], parts)
+        return client.adopt(local_key, imported.main[1], manifest["meta"], parts)
     finally:
         for fd in fds:
             os.close(fd)

@@ -28,12 +28,14 @@ if TYPE_CHECKING:
 
     from .limits import Limits
     from .store import Store
+    from .uploads import Uploader
     from .wire import BufferBudget
 
     class Server(Protocol):
         """What a connection needs of the server that accepted it (``daemon.Server``)."""
 
         store: Store
+        uploads: Uploader
         limits: Limits
         buffer_budget: BufferBudget
         started: float

@@ -228,9 +228,9 @@ class Store:
                                             meta, [], imported=True))
         finally:
             for local in made:  # refused, or the key was cached meanwhile: parts nobody references go
-                part = self._by_id.get(local)
-                if part is not None and not part.referenced_by:
-                    self._remove(part)
+                left = self._by_id.get(local)
+                if left is not None and not left.referenced_by:
+                    self._remove(left)
         return outcome
 
     def _adopt_files(self, files: list[tuple[dict[str, Any], int]]) -> list[str]:

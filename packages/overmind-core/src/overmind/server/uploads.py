@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import queue
+import sys
 import threading
 
 from .log import log
@@ -75,6 +76,13 @@ class Uploader:
     def _has_fleet(self) -> bool:
         if self._configured is None:
             from ..fleet import config
+
+            if sys.flags.no_site:
+                # A server started on demand runs without site (client/launcher.py); the store's
+                # client library (boto3) lies in the environment's site-packages.
+                import site
+
+                site.main()
 
             try:
                 self._fleet = config.fleet()
