@@ -6,7 +6,8 @@ manifests, and the server's readiness report to systemd (``Type=notify``) that t
 - The unit: ``systemd-analyze security`` rates it below 4, ``systemd-analyze verify`` finds nothing to say, and
   where a systemd user manager answers, the unit's settings run a real server that is ready when systemd says so.
 - The manifests: ``kubernetes-validate --strict`` accepts them, and the checks that need no tool: probes on every
-  container, the restricted securityContext, pinned image tags, the init container that waits for the server.
+  container, the restricted securityContext, pinned image tags, the init container that waits for the server,
+  the fleet key from a Secret volume that only the pod's uid and group read.
 - The page shows each file as it is.
 """
 from __future__ import annotations
@@ -279,7 +280,8 @@ def pod_specs() -> list[tuple[str, dict]]:
 def test_there_are_the_manifests_the_docs_name():
     kinds = {(path.name, doc["kind"]) for path, doc in documents()}
     assert kinds == {("namespace.yaml", "Namespace"), ("overmind-daemonset.yaml", "DaemonSet"),
-                     ("inference-deployment.yaml", "Deployment"), ("overmind-sidecar.yaml", "Deployment")}
+                     ("inference-deployment.yaml", "Deployment"), ("overmind-sidecar.yaml", "Deployment"),
+                     ("overmind-fleet.yaml", "ConfigMap"), ("overmind-fleet.yaml", "Secret")}
 
 
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
@@ -372,6 +374,50 @@ def test_the_workload_waits_for_the_nodes_server_in_an_init_container_with_its_u
     assert daemonset.get("hostUsers", True) and workload.get("hostUsers", True)  # same uid on both sides
     strategy = _manifest("overmind-daemonset.yaml")["spec"]["updateStrategy"]["rollingUpdate"]
     assert strategy["maxSurge"] == 0  # a second server on the directory would never be ready
+
+
+def _fleet_documents(kind: str, name: str) -> dict:
+    return next(doc for path, doc in documents()
+                if path.name == "overmind-fleet.yaml" and doc["kind"] == kind and doc["metadata"]["name"] == name)
+
+
+@pytest.mark.parametrize("filename, container", [("overmind-daemonset.yaml", "server"),
+                                                 ("inference-deployment.yaml", "model")])
+def test_the_fleet_key_is_a_file_of_a_secret_volume_that_only_the_pods_uid_and_group_read(filename, container):
+    """The server signs uploads and the model container verifies imports with the fleet key: each reads it from a
+    file of a Secret volume (never an environment value), owner-only, through the pod's fsGroup."""
+    from overmind.fleet.config import MIN_KEY_BYTES
+    from overmind.settings import parse_store_url
+
+    doc = _manifest(filename)
+    spec = doc["spec"]["template"]["spec"]
+    c = next(c for c in spec["containers"] if c["name"] == container)
+    env = {e["name"]: e for e in c.get("env", [])}
+    assert "value" in env.get("OVERMIND_FLEET_KEY_FILE", {}), f"{filename}: {container} sets no OVERMIND_FLEET_KEY_FILE"
+    key_file = env["OVERMIND_FLEET_KEY_FILE"]["value"]
+    mount = next((m for m in c["volumeMounts"] if key_file.startswith(m["mountPath"].rstrip("/") + "/")), None)
+    assert mount is not None, f"{filename}: no volume of {container} holds {key_file}"
+    volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+    assert "secret" in volume, f"{filename}: {key_file} is on volume {volume}, not a Secret"
+    assert mount.get("readOnly") is True, mount
+    secret = volume["secret"]
+    assert secret["defaultMode"] & 0o077 == 0, f"{filename}: the key's mode {secret['defaultMode']:o} lets others read"
+    # A Secret volume's files are root's; the kubelet gives them the pod's fsGroup (and g+r) so the uid reads them.
+    assert spec["securityContext"].get("fsGroup") == spec["securityContext"]["runAsGroup"], filename
+    item = key_file[len(mount["mountPath"].rstrip("/")) + 1:]
+    assert "/" not in item and not secret.get("items"), key_file
+    manifest = _fleet_documents("Secret", secret["secretName"])
+    placeholder = {**manifest.get("data", {}), **manifest.get("stringData", {})}[item]
+    assert len(placeholder.strip()) < MIN_KEY_BYTES, "the example key must be refused, never used as a key"
+    assert not any(k.startswith("OVERMIND_FLEET") for k in env if k != "OVERMIND_FLEET_KEY_FILE"), env
+    sources = {next(iter(s.values()))["name"]: s for s in c.get("envFrom", [])}
+    settings = _fleet_documents("ConfigMap", "overmind-fleet")["data"]
+    assert "overmind-fleet" in sources and "configMapRef" in sources["overmind-fleet"], c.get("envFrom")
+    assert parse_store_url(settings["OVERMIND_FLEET"])[0] == "s3", settings
+    credentials = _fleet_documents("Secret", "overmind-fleet-s3")["stringData"]
+    assert "secretRef" in sources["overmind-fleet-s3"] and set(credentials) == {"AWS_ACCESS_KEY_ID",
+                                                                                 "AWS_SECRET_ACCESS_KEY"}
+    assert not any(k.startswith("AWS_") for k in env), f"{filename}: S3 settings come from the ConfigMap and Secret"
 
 
 def test_hostpath_pods_live_in_a_privileged_namespace_and_the_sidecar_recipe_needs_no_hostpath():
