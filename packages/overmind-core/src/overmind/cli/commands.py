@@ -108,6 +108,10 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--force", action="store_true", help="compile even if an extension for this torch serves")
     build.set_defaults(func=cmd_build_native)
 
+    from .fleet_commands import add_parsers as add_fleet_parsers
+
+    add_fleet_parsers(sub)
+
     from ..runner.commands import add_parser as add_run_parser
 
     add_run_parser(sub)

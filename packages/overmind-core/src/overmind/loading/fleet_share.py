@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import fallback
@@ -31,6 +32,9 @@ log = logging.getLogger("overmind")
 _portable: dict[str, tuple[str, dict]] = {}
 _MAX_REMEMBERED = 1024
 _unusable: list[str] = []  # the fleet's configuration error, said once a process
+REST_S = 60.0  # how long a process leaves a store that failed alone
+_resting_until = [0.0]  # monotonic time until which the store is not asked
+_warned_store: list[str] = []  # a store failure was warned about in this process
 
 
 def fleet() -> Any:
@@ -59,7 +63,7 @@ def serve_from_fleet(client: Client, loader: key.Loader, local_key: str, argumen
     """A hit on the fleet's entry for this call, imported under ``local_key`` (claimed by this
     call), or None: no fleet, no entry there, or it could not be had (said once)."""
     found = fleet()
-    if found is None:
+    if found is None or time.monotonic() < _resting_until[0]:
         return None
     from ..fleet import errors, transfer
     from ..keys import portable
@@ -81,28 +85,44 @@ def serve_from_fleet(client: Client, loader: key.Loader, local_key: str, argumen
         return None
     except Exception as e:
         interrupts.raise_users(e)
-        fallback.step_aside(f"overmind: cannot read the fleet's store {found.url} "
-                            f"({type(e).__name__}: {fallback.brief(e)}); loaded {loader.name} with "
-                            f"its loader. Run 'overmind doctor'.", e)
+        _store_failed(found.url, loader.name, e)
         return None
     if imported is None:
         log.debug("the fleet has no entry for %s (%s)", loader.name, portable_key[:16])
         return None
     _portable.pop(local_key, None)  # imported: nothing to upload
-    return _adopt(client, local_key, imported)
+    return _adopt(client, local_key, imported, portable_key, stack)
 
 
-def _adopt(client: Client, local_key: str, imported: Any) -> GetResult:
+def _adopt(client: Client, local_key: str, imported: Any, portable_key: str,
+           stack: dict) -> GetResult:
+    """Hand the imported entry to the server; its meta keeps its portable key (``overmind export``
+    writes it out again)."""
     manifest = imported.manifest
     digests = {d["entry_id"]: d["digest"] for d in manifest["deps"]}
     parts = [({"entry_id": eid, "kind": kind, "digest": digests[eid]}, fd)
              for eid, fd, kind in imported.deps]
     fds = [imported.main[1], *(fd for _, fd in parts)]
     try:
-        return client.adopt(local_key, imported.main[1], manifest["meta"], parts)
+        meta = dict(manifest["meta"], fleet={"portable_key": portable_key, "stack": stack})
+        return client.adopt(local_key, imported.main[1], meta, parts)
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def _store_failed(url: str, name: str, e: BaseException) -> None:
+    """A store that failed (down, stalled, refusing) is not asked again for :data:`REST_S`: every
+    load meanwhile would wait for it. Said with a warning once a process, logged after that."""
+    _resting_until[0] = time.monotonic() + REST_S
+    message = (f"overmind: cannot read the fleet's store {url} ({type(e).__name__}: "
+               f"{fallback.brief(e)}); loaded {name} with its loader, and this process asks the "
+               f"store again in {REST_S:.0f} s. Run 'overmind doctor'.")
+    if _warned_store:
+        log.info("%s", message)
+        return
+    _warned_store.append(url)
+    fallback.step_aside(message, e)
 
 
 def publish_meta(local_key: str) -> dict:
