@@ -23,7 +23,7 @@ sys.path.insert(0, {support!r})
 from _support.tiny_models import state_digest
 from overmind.testing import report
 
-pipe = StableDiffusionPipeline.from_pretrained({path!r})
+{load}
 parts = {{}}
 for name, part in sorted(pipe.components.items()):
     if isinstance(part, torch.nn.Module):
@@ -41,30 +41,38 @@ report({{"parts": parts, "pipeline": repr(pipe), "config": json.dumps(dict(pipe.
 """
 
 
-def _script(path) -> str:
+PIPELINE = "pipe = StableDiffusionPipeline.from_pretrained({path!r})"
+# a component from an earlier load, passed in: its entry's portable key stands for it in the pipeline's
+WITH_VAE = ("from diffusers import AutoencoderKL\n"
+            "vae = AutoencoderKL.from_pretrained({path!r}, subfolder='vae')\n"
+            "pipe = StableDiffusionPipeline.from_pretrained({path!r}, vae=vae)")
+
+
+def _script(path, load: str = PIPELINE) -> str:
     import _support
 
     support = str(__import__("pathlib").Path(_support.__file__).parent.parent)
-    return LOAD_PIPELINE.format(path=str(path), support=support)
+    return LOAD_PIPELINE.format(path=str(path), support=support, load=load.format(path=str(path)))
 
 
-def _share(tmp_path, fleet_url: str, store_env: dict | None = None) -> None:
+def _share(tmp_path, fleet_url: str, store_env: dict | None = None, load: str = PIPELINE) -> dict:
     source = build_sd_pipeline(tmp_path / "built")
     a, b = Node.pair(tmp_path, fleet_url, store_env)
     try:
         path_a, path_b = copy_model(source, tmp_path / "a" / "sd"), copy_model(source, tmp_path / "b" / "sd")
-        loaded_a = a.run(_script(path_a))
+        loaded_a = a.run(_script(path_a, load))
         a.wait_uploads(1)
-        plain_b = b.run_plain(_script(path_b))
-        loaded_b = b.run(_script(path_b))
+        plain_b = b.run_plain(_script(path_b, load))
+        loaded_b = b.run(_script(path_b, load))
         st = b.status()
         assert st["fleet_imports"] >= 1, f"node B did not import from the store: {st}"
         assert st["publishes"] == 0, "node B ran the loader and published instead of importing"
         assert loaded_b == plain_b
         assert loaded_a["image"] == plain_b["image"]  # the same pipeline on both nodes
-        again_b = b.run(_script(path_b))  # and node B's next process hits its own server
+        again_b = b.run(_script(path_b, load))  # and node B's next process hits its own server
         assert again_b == plain_b
         assert b.status()["hits"] >= 1
+        return st
     finally:
         a.stop()
         b.stop()
@@ -78,3 +86,9 @@ def test_node_b_imports_the_pipeline_node_a_built_through_s3(tmp_path, s3_url, s
 @pytest.mark.long(50)
 def test_node_b_imports_the_pipeline_node_a_built_through_a_shared_folder(tmp_path):
     _share(tmp_path, "file://" + str(tmp_path / "store"))
+
+
+@pytest.mark.long(50)
+def test_a_pipeline_given_a_component_of_an_earlier_load_is_shared_too(tmp_path):
+    st = _share(tmp_path, "file://" + str(tmp_path / "store"), load=WITH_VAE)
+    assert st["fleet_imports"] == 2  # the VAE and the pipeline given it

@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 from .._util import interrupts
 from ..errors import Unkeyable
-from . import code_identity, fingerprint, provenance
+from . import code_identity, fingerprint, portable_entries, provenance
 
 MAX_DEPTH = 64
 MAX_NODES = 200_000
@@ -119,7 +119,11 @@ class Walk:
             return ("pathlike", self.type_id(t, depth), where, self._state(v, t, depth))
         origin = provenance.origin_of(v)
         if origin is not None:
-            return ("entry", origin)
+            if not fingerprint.PORTABLE.get():
+                return ("entry", origin)
+            shared = portable_entries.portable_of(origin)  # else: described by content
+            if shared is not None:
+                return ("entry", shared)
         if isinstance(v, type):
             return self.type_id(v, depth)
         special = _builtin_form(self, v, t, depth)

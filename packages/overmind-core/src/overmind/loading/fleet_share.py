@@ -21,7 +21,7 @@ from .. import fallback
 from .._util import interrupts
 from ..adapters import hooks
 from ..errors import OvermindError
-from ..keys import key
+from ..keys import key, portable_entries
 
 if TYPE_CHECKING:
     from ..client.connection import Client, GetResult
@@ -91,6 +91,7 @@ def serve_from_fleet(client: Client, loader: key.Loader, local_key: str, argumen
         log.debug("the fleet has no entry for %s (%s)", loader.name, portable_key[:16])
         return None
     _portable.pop(local_key, None)  # imported: nothing to upload
+    portable_entries.remember(local_key, portable_key)
     return _adopt(client, local_key, imported, portable_key, stack)
 
 
@@ -109,6 +110,14 @@ def _adopt(client: Client, local_key: str, imported: Any, portable_key: str,
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def note_hit(local_key: str, meta: dict) -> None:
+    """A hit on ``local_key``'s entry: its portable key, where its meta has one, stands for it in
+    the portable keys of later loads given its objects."""
+    about = meta.get("fleet")
+    if isinstance(about, dict) and isinstance(about.get("portable_key"), str):
+        portable_entries.remember(local_key, about["portable_key"])
 
 
 def _store_failed(url: str, name: str, e: BaseException) -> None:
@@ -131,6 +140,7 @@ def publish_meta(local_key: str) -> dict:
     known = _portable.pop(local_key, None)
     if known is None:
         return {}
+    portable_entries.remember(local_key, known[0])
     return {"fleet": {"portable_key": known[0], "stack": known[1]}}
 
 

@@ -16,7 +16,7 @@ from .. import fallback
 from .._util import interrupts
 from ..entries import arguments_ref, codec, prebuilt
 from ..keys import key
-from . import randomness
+from . import fleet_share, randomness
 from .replay import loader_logs, loader_warnings
 
 if TYPE_CHECKING:
@@ -67,6 +67,8 @@ def serve(client: Client, loader: key.Loader, ck: key.CacheKey, res: GetResult, 
         del obj
         log.debug("not serving entry %s of %s: %s", ck.key[:12], loader.name, other_logging)
         return fn(*args, **kwargs)
+    if "fleet" in meta:  # its portable key stands for its objects in later portable keys
+        fleet_share.note_hit(ck.key, meta)
     after = meta.get(randomness.AFTER)
     if after:  # the generators where the plain call leaves them
         randomness.restore(after)
