@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -133,36 +134,65 @@ TAMPERS = {
 }
 
 
-@pytest.mark.long(25)
-@pytest.mark.parametrize("tamper", list(TAMPERS))
-def test_a_tampered_entry_is_refused_with_one_warning_and_the_load_is_plain(tmp_path, model, nodes, tamper):
-    a, b = nodes
-    _published_by_a(tmp_path, a, model)
-    TAMPERS[tamper](tmp_path, a.env["OVERMIND_FLEET_KEY_FILE"])
-    path_b = copy_model(model, tmp_path / "b" / "bert")
-    plain = _plain(b, path_b)
-    got = _run(b, path_b)
-    assert _same(got, plain)
-    # one warning a load (the model's, the tokenizer's), each saying why
-    assert len(got["warnings"]) == 2, got["warnings"]
-    assert all("refused the fleet's entry" in w and REASONS[tamper] in w for w in got["warnings"])
-    st = b.status()
-    assert st["fleet_imports"] == 0 and st["publishes"] >= 1  # B built its own
-
-
-@pytest.mark.long(20)
-def test_an_entry_signed_with_another_key_is_refused(tmp_path, model):
-    store = "file://" + str(tmp_path / "store")
-    a = Node("a", store, write_fleet_key(tmp_path))
-    b = Node("b", store, write_fleet_key(tmp_path))  # another fleet key
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    """A store node a filled (its model copy, its key), and node b's plain load of its own copy: what
+    every refusal test starts from, made once."""
+    root = tmp_path_factory.mktemp("published")
+    model = build_bert(root / "built")
+    a, b = Node.pair(root, "file://" + str(root / "store"))
     try:
-        _published_by_a(tmp_path, a, model)
-        path_b = copy_model(model, tmp_path / "b" / "bert")
-        got = _run(b, path_b)
-        assert _same(got, _plain(b, path_b))
-        assert len(got["warnings"]) == 2 and all("bad signature" in w for w in got["warnings"])
+        _published_by_a(root, a, model)
+        path_b = copy_model(model, root / "b" / "bert")
+        return {"store": root / "store", "key_file": a.env["OVERMIND_FLEET_KEY_FILE"], "path_b": path_b,
+                "plain": _plain(b, path_b)}
     finally:
         a.stop()
+        b.stop()
+
+
+def _node_b(tmp_path, published, key_file: str | None = None) -> Node:
+    """A fresh node b over a copy of the published store (``tmp_path/store``)."""
+    shutil.copytree(published["store"], tmp_path / "store")
+    return Node("b", "file://" + str(tmp_path / "store"), key_file or published["key_file"])
+
+
+@pytest.mark.long(10)
+@pytest.mark.parametrize("tamper", list(TAMPERS))
+def test_a_tampered_entry_is_refused_with_one_warning_and_the_load_is_plain(tmp_path, published, tamper):
+    b = _node_b(tmp_path, published)
+    try:
+        TAMPERS[tamper](tmp_path, published["key_file"])
+        got = _run(b, published["path_b"])
+        assert _same(got, published["plain"])
+        # one warning a load (the model's, the tokenizer's), each saying why
+        assert len(got["warnings"]) == 2, got["warnings"]
+        assert all("refused the fleet's entry" in w and REASONS[tamper] in w for w in got["warnings"])
+        st = b.status()
+        assert st["fleet_imports"] == 0 and st["publishes"] >= 1  # B built its own
+    finally:
+        b.stop()
+
+
+@pytest.mark.long(10)
+def test_an_entry_signed_with_another_key_is_refused(tmp_path, published):
+    b = _node_b(tmp_path, published, key_file=write_fleet_key(tmp_path))
+    try:
+        got = _run(b, published["path_b"])
+        assert _same(got, published["plain"])
+        assert len(got["warnings"]) == 2 and all("bad signature" in w for w in got["warnings"])
+    finally:
+        b.stop()
+
+
+@pytest.mark.long(10)
+def test_the_untouched_store_serves_node_b(tmp_path, published):
+    b = _node_b(tmp_path, published)  # the control: the same store, untouched, is imported
+    try:
+        got = _run(b, published["path_b"])
+        assert _same(got, published["plain"]) and not got["warnings"]
+        assert b.status()["fleet_imports"] == 2
+    finally:
         b.stop()
 
 
