@@ -148,3 +148,24 @@ def test_a_runtime_dir_that_is_a_file_is_named_so(tmp_path):
                          env={**os.environ, "OVERMIND_RUNTIME_DIR": str(target)})
     assert out.returncode != 0 and "File exists" not in out.stderr, out.stderr
     assert f"the runtime directory {target} is not a directory" in out.stderr, out.stderr
+
+
+def test_doctor_checks_the_fleet_a_process_would_use(overmind_runtime, monkeypatch, tmp_path, seaweed):
+    from _support.seaweed import closed_endpoint
+
+    assert "fleet" not in om("doctor", "--brief").stdout  # no fleet set: no line
+    key = tmp_path / "fleet.key"
+    key.write_text("k" * 32)
+    monkeypatch.setenv("OVERMIND_FLEET", f"file://{tmp_path / 'store'}")
+    monkeypatch.setenv("OVERMIND_FLEET_KEY_FILE", str(key))
+    assert any(line.startswith("ok") and "fleet" in line and "answers" in line
+               for line in om("doctor", "--brief").stdout.splitlines())
+    monkeypatch.setenv("OVERMIND_FLEET_KEY_FILE", str(tmp_path / "missing.key"))
+    out = om("doctor", check_rc=1)
+    assert "[fail] fleet" in out.stdout and "missing.key" in out.stdout
+    monkeypatch.setenv("OVERMIND_FLEET_KEY_FILE", str(key))
+    monkeypatch.setenv("OVERMIND_FLEET", "s3://overmind/doctor")
+    for name, value in {**seaweed.env, "AWS_ENDPOINT_URL": closed_endpoint(), "OVERMIND_FLEET_TIMEOUT": "2"}.items():
+        monkeypatch.setenv(name, value)
+    out = om("doctor", check_rc=1)
+    assert "[fail] fleet" in out.stdout and "s3://overmind/doctor" in out.stdout

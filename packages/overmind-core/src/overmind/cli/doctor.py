@@ -23,13 +23,15 @@ from ..ipc.protocol import PROTOCOL_VERSION
 from ..shm import seals as entry_seals
 from . import compatibility
 from .checks import FAIL, OK, WARN, Check  # noqa: F401 - re-exported: doctor.Check, doctor.OK, ...
+from .fleet_check import check_fleet
 
 
 def all_checks(runtime_dir: str | None = None) -> list[Check]:
     """Every check's outcome, in the order the report prints them."""
     with settings.quiet():  # a bad setting is a check here, not a warning
         return [check_memfd(), check_runtime_dir(runtime_dir), check_budget(runtime_dir), *check_settings(),
-                check_server(runtime_dir), check_zerocopy(), *check_adapters(), *compatibility.checks()]
+                check_server(runtime_dir), *check_fleet(), check_zerocopy(), *check_adapters(),
+                *compatibility.checks()]
 
 
 def run_checks(runtime_dir: str | None = None, *, brief: bool = False, as_json: bool = False) -> int:
