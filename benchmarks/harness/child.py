@@ -220,10 +220,21 @@ def weight_bytes(*objs) -> int:
     return sum(s.nbytes() for s in storages(*objs))
 
 
+_ready: dict[str, float] = {}
+
+
+def ready() -> None:
+    """Mark the model ready (loaded and usable): :func:`emit` reports ``spawn_to_ready_s``, the wall time from
+    just before the process was spawned to here."""
+    _ready.setdefault("spawn_to_ready_s", time.time() - T0)
+
+
 def emit(**result) -> None:
-    """Print the result line for the harness (JSON), with the time since spawn and, in Overmind mode, the
-    breakdown of its loads."""
+    """Print the result line for the harness (JSON), with the time since spawn (and to :func:`ready`, where the
+    script marked it) and, in Overmind mode, the breakdown of its loads."""
     result.setdefault("spawn_to_emit_s", time.time() - T0)
+    for name, value in _ready.items():
+        result.setdefault(name, value)
     if "breakdown" in sys.modules:
         result.setdefault("breakdown", sys.modules["breakdown"].result())
     print(RESULT_MARK + json.dumps(result), flush=True)

@@ -57,6 +57,7 @@ with sw("pipeline"):
     pipe = StableDiffusionControlNetPipeline.from_pretrained(ckpt, vae=vae, controlnet=[cn_edge, cn_depth], torch_dtype=torch.float16, safety_checker=None)
 sw.times["from_pretrained"] = time.perf_counter() - t_calls
 calls_window = window.stop()
+child.ready()
 
 touched = 0
 if args.touch:

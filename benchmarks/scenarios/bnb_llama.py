@@ -26,6 +26,7 @@ with sw("overmind_setup"):
 quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float16)
 with sw("load"):
     model = AutoModelForCausalLM.from_pretrained(path, quantization_config=quant, dtype=torch.float16, device_map="cpu")
+child.ready()
 kinds = sorted({type(p).__name__ for p in model.parameters()})
 with sw("forward"):
     with torch.no_grad():
