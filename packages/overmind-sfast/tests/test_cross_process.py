@@ -18,6 +18,7 @@ import hashlib, sys, time, warnings
 sys.path.insert(0, {tests_dir!r})
 import overmind
 from overmind.testing import overmind_mapped, report
+from overmind_sfast.sharing import tensor_attributes
 if {activate!r}:
     overmind.activate()
 from overmind_sfast_testlib import pipelines as sp
@@ -36,7 +37,14 @@ report({{
     "image": hashlib.sha256(image.tobytes()).hexdigest(),
     "shape": list(image.shape),
     "unet_mapped": overmind_mapped(pipe.unet.conv_in.weight.data_ptr()),
-    "traced_mapped": all(overmind_mapped(p.data_ptr()) for p in helper.module.parameters()),
+    "traced_mapped": all(overmind_mapped(t.data_ptr()) for _, t in tensor_attributes(helper.module._c)),
+    # the traced UNet as Python code sees it: what its wrapper lists, not only what TorchScript holds
+    "traced_view": {{
+        "parameters": [[n, type(p).__name__, str(p.dtype), list(p.shape)]
+                       for n, p in helper.module.named_parameters()],
+        "buffers": [[n, type(b).__name__, str(b.dtype), list(b.shape)] for n, b in helper.module.named_buffers()],
+        "modules": [n for n, _ in helper.module.named_modules()],
+    }},
     "warnings": [str(w.message) for w in caught if "overmind" in str(w.message)],
     "loaded_s": loaded_s,
 }})
@@ -58,11 +66,13 @@ def test_second_process_gets_the_compiled_pipeline_without_tracing(overmind_runt
     assert second["builds"] == 0
     assert second["traces"] == 0
     assert second["image"] == first["image"]
+    assert second["traced_view"] == first["traced_view"]
     assert second["unet_mapped"] and second["traced_mapped"]  # weights shared, not copied
 
     # A process that never calls activate() still gets a working pipeline: nothing it runs needs a patch.
     third = load_and_render(sd_ckpt, activate=False)
-    assert (third["builds"], third["traces"], third["image"]) == (0, 0, first["image"])
+    assert (third["builds"], third["traces"], third["image"], third["traced_view"]) == \
+        (0, 0, first["image"], first["traced_view"])
 
 
 # The builder compiles in a process where overmind-sfast is not active: the pipeline cannot be cached.

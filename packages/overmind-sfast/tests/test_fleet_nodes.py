@@ -35,10 +35,13 @@ parts = {{name: [type(part).__name__,
                  if isinstance(part, torch.nn.Module) else None]
           for name, part in sorted(pipe.components.items())}}
 (helper,) = pipe.unet.forward._cached.values()
-# the traced module's weights as TorchScript holds them: the Python wrapper stable-fast returns lists no
-# submodules, so its parameters() is empty where a module rebuilt from an archive lists every weight
+# the traced module as its Python wrapper lists it (parameters(), named_modules()) and its weights as
+# TorchScript holds them (the wrapper stable-fast's freeze returns lists no submodules)
 report({{"builds": sp.builds(), "traces": counter.calls, "image": hashlib.sha256(image.tobytes()).hexdigest(),
          "shape": list(image.shape), "parts": parts, "traced": type(helper.module).__name__,
+         "traced_parameters": [f"{{name}} {{type(p).__name__}} {{p.dtype}} {{list(p.shape)}}"
+                               for name, p in helper.module.named_parameters()],
+         "traced_modules": [name for name, _ in helper.module.named_modules()],
          "traced_tensors": sorted(f"{{name}} {{type(t).__name__}} {{t.dtype}} {{list(t.shape)}}"
                                   for name, t in tensor_attributes(helper.module._c))}})
 """

@@ -77,9 +77,41 @@ def test_rebuilt_wrappers_are_stable_fasts_own_around_the_rebuilt_modules(rebuil
 
 def test_weights_of_the_traced_modules_are_mapped_from_the_entry(rebuilt):
     (helper,) = rebuilt.unet.forward._cached.values()
-    params = list(helper.module.parameters())
-    assert params and all(overmind_mapped(p.data_ptr()) for p in params)
+    weights = [t for _, t in sharing.tensor_attributes(helper.module._c)]
+    assert weights and all(overmind_mapped(t.data_ptr()) for t in weights)
     assert overmind_mapped(rebuilt.unet.conv_in.weight.data_ptr())
+
+
+def traced_helpers(pipe) -> list:
+    """The call helpers of every module the pipeline traced: UNet, text encoder, VAE decoder."""
+    helpers = [*pipe.unet.forward._cached.values(), *pipe.text_encoder.forward._cached.values()]
+    decoder_hook = pipe.vae.decoder._call_impl.__closure__[0].cell_contents
+    for compiled in decoder_hook.compiled_cache.values():  # AutoTraceCompiler's closures over their helper
+        if isinstance(compiled, types.FunctionType):
+            cells = dict(zip(compiled.__code__.co_freevars, (c.cell_contents for c in compiled.__closure__)))
+            helpers.append(cells["traced_module"])
+    return helpers
+
+
+def as_python_sees_it(module) -> dict:
+    """A traced module as Python code sees it: its parameters, buffers and submodules by name, and the
+    attributes of each wrapper (less the script methods a wrapper keeps once looked up)."""
+    return {
+        "parameters": [(n, type(p).__name__, p.dtype, tuple(p.shape)) for n, p in module.named_parameters()],
+        "buffers": [(n, type(b).__name__, b.dtype, tuple(b.shape)) for n, b in module.named_buffers()],
+        "modules": [(n, type(m).__name__, sorted(k for k in vars(m) if not m._c._has_method(k)))
+                    for n, m in module.named_modules()],
+    }
+
+
+def test_rebuilt_traced_modules_look_to_python_as_the_plain_ones(compiled, rebuilt):
+    plain, cached = traced_helpers(compiled[0]), traced_helpers(rebuilt)
+    assert len(plain) == len(cached) >= 3
+    for p, c in zip(plain, cached):
+        assert as_python_sees_it(c.module) == as_python_sees_it(p.module)
+        # the same C++ module, submodules and weights under the Python view
+        assert sorted(n for n, _ in sharing.tensor_attributes(c.module._c)) == \
+            sorted(n for n, _ in sharing.tensor_attributes(p.module._c))
 
 
 def test_a_call_of_another_kind_is_traced_lazily_as_stable_fast_does(sd_ckpt, table):

@@ -28,8 +28,9 @@ def _cannot_save(why: str) -> pickle.PicklingError:
 
 def reduce_traced_wrapper(wrapper: Any) -> Any:
     """``TracedPosArgOnlyModuleWrapper`` -> ``(rebuild_traced_wrapper, (archive rebuild, its arguments,
-    weights, training))``: the traced module as a TorchScript archive without its weights, the weights as
-    tensors (stored once with the eager module's, see :mod:`overmind_sfast.sharing`)."""
+    weights, training, wrapper structure))``: the traced module as a TorchScript archive without its
+    weights, the weights as tensors (stored once with the eager module's), and the shape of its Python
+    wrapper (see :mod:`overmind_sfast.sharing`)."""
     module = wrapper.module
     if not isinstance(module, _script_module_type()):
         return NotImplemented  # not traced (yet): an ordinary nn.Module
@@ -44,15 +45,19 @@ def reduce_traced_wrapper(wrapper: Any) -> Any:
                 f"it returns a dataclass of class {path[1:]!r}, defined inside a function, which another "
                 f"process cannot import. Define the class at module level.")
     fn, args, weights = sharing.split(module)
-    return rebuild_traced_wrapper, (fn, args, weights, wrapper.training)
+    return rebuild_traced_wrapper, (fn, args, weights, wrapper.training, sharing.wrapper_structure(module))
 
 
-def rebuild_traced_wrapper(fn: Callable[..., Any], args: tuple, weights: list, training: bool) -> Any:
-    """stable-fast's call helper around the module ``fn(*args)`` rebuilds, with its weights set back and
+def rebuild_traced_wrapper(fn: Callable[..., Any], args: tuple, weights: list, training: bool,
+                           structure: tuple | None = None) -> Any:
+    """stable-fast's call helper around the module ``fn(*args)`` rebuilds, with its weights set back, its
+    Python wrapper shaped as the original's (``structure``, see :func:`overmind_sfast.sharing.rewrap`) and
     its dataclass class tags pointing at live classes."""
     from sfast.jit.trace_helper import TracedPosArgOnlyModuleWrapper
 
     module = fn(*args)
+    if structure is not None:
+        module = sharing.rewrap(module._c, structure)
     sharing.put_back(module, weights)
     flattening.restore_class_tags(module)
     return TracedPosArgOnlyModuleWrapper(module, training=training)

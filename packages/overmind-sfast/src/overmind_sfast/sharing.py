@@ -10,12 +10,20 @@ returns those tensors separately; the pickler stores them out of band like any o
 storage, so a weight shared with an eager module is stored once and, rebuilt, shared again.
 :func:`put_back` sets them on the module rebuilt from the archive. Tensors a frozen graph holds as
 constants (``preserve_parameters=False``) stay in the archive: they are not attributes.
+
+The archive holds the C++ module; the Python wrapper around it is made anew on import. stable-fast's
+freeze wraps the frozen module bare (``RecursiveScriptModule(cpp)`` then ``_finalize_scriptmodule``:
+no Python-side submodules, so ``parameters()`` and ``named_modules()`` see only the top level), where the
+import wraps every C++ submodule (``wrap_cpp_module``). :func:`wrapper_structure` records which Python-side
+submodules each wrapper lists and whether it was made by ``wrap_cpp_module``'s initializer, and
+:func:`rewrap` wraps the imported C++ module the same way; the C++ module, its graphs and its weights are
+the imported ones either way.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
-__all__ = ["tensor_attributes", "split", "put_back"]
+__all__ = ["tensor_attributes", "split", "put_back", "wrapper_structure", "rewrap"]
 
 
 def _children(module_c: Any) -> list[tuple[str, Any]]:
@@ -74,3 +82,36 @@ def put_back(module: Any, weights: list[tuple[str, Any]]) -> None:
     for path, tensor in weights:
         owner, name = _owner(module._c, path)
         owner.setattr(name, tensor)
+
+
+def wrapper_structure(module: Any) -> tuple:
+    """``(made by wrap_cpp_module, ((name, structure), ...))`` of the Python wrapper ``module``: whether it
+    carries the concrete type ``wrap_cpp_module``'s initializer sets, and the script submodules its
+    ``_modules`` lists (the C++ module may hold more), each recursively."""
+    import torch
+
+    children = tuple((name, wrapper_structure(child)) for name, child in module._modules.items()
+                     if isinstance(child, torch.jit.ScriptModule))
+    return "_concrete_type" in vars(module), children
+
+
+def rewrap(module_c: Any, structure: tuple) -> Any:
+    """A ``RecursiveScriptModule`` around the C++ module ``module_c`` shaped as :func:`wrapper_structure`
+    recorded: built by ``RecursiveScriptModule._construct`` with ``wrap_cpp_module``'s initializer where
+    the original had it, with no initializer where it had none, listing only the recorded submodules."""
+    import torch
+
+    made_by_wrap, children = structure
+
+    def init(script_module: Any) -> None:
+        submodules = torch._C.ModuleDict(script_module._c)
+        for name, child in children:
+            setattr(script_module, name, rewrap(submodules.getattr(name), child))
+        if made_by_wrap:  # as torch.jit._recursive.wrap_cpp_module's init_fn
+            script_module._concrete_type = torch._C.ConcreteModuleType.from_jit_type(script_module._c._type())
+            for idx, fn in enumerate(script_module._c._get_forward_pre_hooks()):
+                script_module._forward_pre_hooks[idx] = fn
+            for idx, fn in enumerate(script_module._c._get_forward_hooks()):
+                script_module._forward_hooks[idx] = fn
+
+    return torch.jit.RecursiveScriptModule._construct(module_c, init)
