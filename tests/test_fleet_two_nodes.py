@@ -67,6 +67,8 @@ def _share(tmp_path, fleet_url: str, store_env: dict | None = None, load: str = 
         st = b.status()
         assert st["fleet_imports"] >= 1, f"node B did not import from the store: {st}"
         assert st["publishes"] == 0, "node B ran the loader and published instead of importing"
+        # the checkpoint files the entry references are node B's own copies, not downloaded bytes
+        assert st["files"] >= 1 and st["file_bytes"] > 0
         assert loaded_b == plain_b
         assert loaded_a["image"] == plain_b["image"]  # the same pipeline on both nodes
         again_b = b.run(_script(path_b, load))  # and node B's next process hits its own server

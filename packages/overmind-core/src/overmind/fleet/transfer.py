@@ -18,7 +18,7 @@ import fcntl
 import hashlib
 import io
 import os
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from ..shm import seals
 from .errors import NotInStore, Refused
@@ -108,30 +108,53 @@ def upload(store: Store, key: bytes, portable_key: str, stack: dict[str, Any], e
     return sent
 
 
-def download(store: Store, key: bytes, portable_key: str, stack: dict[str, Any]) -> Imported | None:
+LOCAL = "local"  # the kind of a dependency served by a file of this machine (download's ``local``)
+
+
+def download(store: Store, key: bytes, portable_key: str, stack: dict[str, Any],
+             local: Callable[[str], int | None] | None = None) -> Imported | None:
     """The entry stored under ``portable_key``, verified, in sealed memfds; None when the store has none.
     Raises :class:`~overmind.fleet.errors.Refused` (an entry not to import: bad signature, foreign, a blob
-    damaged, cut short or missing) or :class:`~overmind.fleet.errors.StoreError`; no fd is left open then."""
+    damaged, cut short or missing) or :class:`~overmind.fleet.errors.StoreError`; no fd is left open then.
+
+    ``local(sha256)``: a read-only fd of a file of this machine known to hold those bytes, or None. A
+    checkpoint file the entry references that this node holds too (the same bytes the portable key was
+    made of) is not downloaded: its dependency comes back as kind :data:`LOCAL` with that file's fd."""
     data = store.get_ref(portable_key)
     if data is None:
         return None
     manifest = verify(data, key, portable_key, stack)
     main, deps = blobs(manifest)
-    fds: dict[str, int] = {}  # digest -> the memfd that holds it; a blob named twice is fetched once
+    fds: dict[str, int] = {}  # digest -> the fd that holds it; a blob named twice is fetched once
+    kinds: list[str] = []
     handed: list[int] = []
     try:
         for ref in [main, *deps]:
             if ref.digest not in fds:
-                fds[ref.digest] = _fetch(store, ref, portable_key)
+                here = _local_file(local, ref)
+                fds[ref.digest] = here if here is not None else _fetch(store, ref, portable_key)
                 handed.append(fds[ref.digest])
+                kinds.append(LOCAL if here is not None else ref.kind)
             else:
                 handed.append(os.dup(fds[ref.digest]))
+                kinds.append(kinds[[r.digest for r in [main, *deps]].index(ref.digest)])
     except BaseException:
         for fd in handed:
             os.close(fd)
         raise
     return Imported(manifest, (main.entry_id, handed[0]),
-                    [(d.entry_id, fd, d.kind) for d, fd in zip(deps, handed[1:])])
+                    [(d.entry_id, fd, kind) for d, fd, kind in zip(deps, handed[1:], kinds[1:])])
+
+
+def _local_file(local: Callable[[str], int | None] | None, ref: BlobRef) -> int | None:
+    """This machine's file holding ``ref``'s bytes (a checkpoint file only), of its size, or None."""
+    if local is None or ref.kind != "file":
+        return None
+    fd = local(ref.digest)
+    if fd is not None and os.fstat(fd).st_size != ref.size:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _fetch(store: Store, ref: BlobRef, portable_key: str) -> int:

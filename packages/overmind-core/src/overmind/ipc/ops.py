@@ -133,12 +133,15 @@ OPS: dict[str, Op] = {op.name: op for op in (
        fds_in="the sealed memfd, then one read-only fd per file of `files`", fds_out=_HIT_FDS),
     Op("adopt", SERVER, 6,
        "store an entry imported from the fleet's store as `key`, with the blobs it depends on as "
-       "parts (`server/imports.py`), answered like a `get` hit; reasons: `not sealed`, `budget`",
+       "parts (`server/imports.py`), answered like a `get` hit; reasons: `not sealed`, `budget`, "
+       "`file changed`",
        request=(need("key"), may("meta", "{json}: the entry's meta as its publisher wrote it"),
                 need("parts", "[{`entry_id`: the publisher's id, `kind`: `entry` | `file`, "
-                     "`digest`: sha256 hex}]")),
+                     "`digest`: sha256 hex, `file`?: a checkpoint file of this machine holding "
+                     "those bytes, described as `publish`'s `files`}]")),
        reply=(*_HIT, need("entry_id")),
-       fds_in="the entry's sealed memfd, then one sealed memfd per part", fds_out=_HIT_FDS),
+       fds_in="the entry's sealed memfd, then one fd per part: a sealed memfd, or the described "
+              "file opened read-only", fds_out=_HIT_FDS),
     Op("first_done", SERVER, 5,
        "a first load ran under this connection's claim: publish it (another asked for `key` "
        "meanwhile; the claim stays), or not (`key` is marked and its claim released)",

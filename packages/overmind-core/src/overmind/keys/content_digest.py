@@ -25,6 +25,7 @@ import hashlib
 import os
 import re
 import sqlite3
+import stat
 import threading
 import time
 
@@ -37,6 +38,7 @@ _BLOB = re.compile(r"^[0-9a-f]{64}$")
 _REPO_PREFIXES = ("models--", "datasets--", "spaces--")
 
 _memory: dict[tuple, str] = {}
+_local: dict[str, tuple[str, tuple | None]] = {}  # sha256 -> (a file holding it, its identity then)
 _lock = threading.Lock()
 _db: sqlite3.Connection | None = None
 _db_pid = 0
@@ -51,13 +53,49 @@ def digest(path: str) -> str:
     real = os.path.realpath(path)
     named = hf_blob_digest(real)
     if named is not None:
+        _note_local(named, real, None)
         return named
+    found, ident = _digest(real)
+    if ident is not None:
+        _note_local(found, real, ident)
+    return found
+
+
+def local_file(sha256: str) -> int | None:
+    """A read-only fd of a file of this machine that this process found to hold the bytes
+    ``sha256`` names (a file it keyed by content), still as it was then; else None. A fleet import
+    maps such a file instead of downloading its bytes."""
+    known = _local.get(sha256)
+    if known is None:
+        return None
+    real, ident = known
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    still = _identity(st) == ident if ident is not None else hf_blob_digest(real) == sha256
+    if not still or not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        return None
+    return fd
+
+
+def _note_local(sha256: str, real: str, ident: tuple | None) -> None:
+    with _lock:
+        if len(_local) >= MAX_REMEMBERED:
+            _local.clear()
+        _local[sha256] = (real, ident)
+
+
+def _digest(real: str) -> tuple[str, tuple | None]:
+    """The digest and the file identity it holds for (None: the file changed under every read)."""
     for _ in range(3):
         st = os.stat(real)
         ident = _identity(st)
         known = _memory.get(ident)
         if known is not None:
-            return known
+            return known, ident
         racy = time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) < RACY_NS
         known = None if racy else _lookup(ident)
         if known is None:
@@ -65,14 +103,14 @@ def digest(path: str) -> str:
             after = os.stat(real)
             if _identity(after) != ident:
                 continue  # written while it was read: the bytes hashed may be of neither version
-            if racy:
-                return known
+            if racy:  # a second write within the file's timestamp tick could keep its identity
+                return known, None
             _remember(ident, known)
         if len(_memory) >= MAX_REMEMBERED:
             _memory.clear()
         _memory[ident] = known
-        return known
-    return _read(real)  # rewritten under every read: this one's bytes, remembered nowhere
+        return known, ident
+    return _read(real), None  # rewritten under every read: this one's bytes, remembered nowhere
 
 
 def hf_blob_digest(real: str) -> str | None:

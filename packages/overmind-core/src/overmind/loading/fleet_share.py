@@ -66,7 +66,7 @@ def serve_from_fleet(client: Client, loader: key.Loader, local_key: str, argumen
     if found is None or time.monotonic() < _resting_until[0]:
         return None
     from ..fleet import errors, transfer
-    from ..keys import portable
+    from ..keys import content_digest, portable
 
     try:
         stack = portable.stack()
@@ -78,7 +78,8 @@ def serve_from_fleet(client: Client, loader: key.Loader, local_key: str, argumen
         return None
     _remember(local_key, portable_key, stack)
     try:
-        imported = transfer.download(found.store, found.key, portable_key, stack)
+        imported = transfer.download(found.store, found.key, portable_key, stack,
+                                     local=content_digest.local_file)
     except errors.Refused as e:
         fallback.step_aside(f"overmind: refused the fleet's entry for {loader.name} from "
                             f"{found.url} ({e}); loaded it with its loader.", e)
@@ -98,11 +99,22 @@ def serve_from_fleet(client: Client, loader: key.Loader, local_key: str, argumen
 def _adopt(client: Client, local_key: str, imported: Any, portable_key: str,
            stack: dict) -> GetResult:
     """Hand the imported entry to the server; its meta keeps its portable key (``overmind export``
-    writes it out again)."""
+    writes it out again). A checkpoint file this node holds itself goes as a file the entry
+    references, described as a publish describes one (the server checks it is that file)."""
+    from ..fleet import transfer
+    from ..ipc.protocol import file_entry_id, file_identity
+
     manifest = imported.manifest
     digests = {d["entry_id"]: d["digest"] for d in manifest["deps"]}
-    parts = [({"entry_id": eid, "kind": kind, "digest": digests[eid]}, fd)
-             for eid, fd, kind in imported.deps]
+    parts = []
+    for eid, fd, kind in imported.deps:
+        about: dict[str, Any] = {"entry_id": eid, "kind": "file" if kind == transfer.LOCAL else kind,
+                                 "digest": digests[eid]}
+        if kind == transfer.LOCAL:
+            identity = file_identity(os.fstat(fd))
+            about["file"] = {"entry_id": file_entry_id(identity), "path": os.readlink(f"/proc/self/fd/{fd}"),
+                             **identity}
+        parts.append((about, fd))
     fds = [imported.main[1], *(fd for _, fd in parts)]
     try:
         meta = dict(manifest["meta"], fleet={"portable_key": portable_key, "stack": stack})

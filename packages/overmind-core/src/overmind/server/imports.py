@@ -1,7 +1,9 @@
 """Entries imported from the fleet (``overmind.fleet``): a client that found the entry of its call in
 the fleet's store streams its blobs into sealed memfds and hands them to the server (op ``adopt``);
 the entry itself is stored under the client's local key, and each blob it depends on becomes a
-*part*: a keyless entry held while an entry references it.
+*part*: a keyless entry held while an entry references it. A checkpoint file the entry references
+that the client's node holds itself (the same bytes) is not downloaded: the client sends that file,
+which becomes a file entry as a publish's files do.
 
 A part is named by its content, ``file-sha256-<digest>`` for a checkpoint file's bytes (mapped whole,
 as a reader maps a checkpoint file) and ``blob-sha256-<digest>`` for an entry's memfd (mapped by its
@@ -38,9 +40,10 @@ def part_id(kind: str, digest: str) -> str:
     return f"{'file' if kind == 'file' else 'blob'}-sha256-{digest}"
 
 
-def parse_parts(raw: Any, fd_count: int) -> list[tuple[str, str, str]]:
-    """An ``adopt`` request's ``parts`` (``[{entry_id, kind, digest}]``) checked: one fd each, after
-    the entry's own; raises :class:`BadImport`."""
+def parse_parts(raw: Any, fd_count: int) -> list[tuple[str, str, str, dict | None]]:
+    """An ``adopt`` request's ``parts`` (``[{entry_id, kind, digest, file?}]``) checked: one fd each,
+    after the entry's own; raises :class:`BadImport`. ``file``: the part is a checkpoint file of this
+    machine holding the blob's bytes, described as a publish describes a file (its fd read-only)."""
     if not isinstance(raw, list) or len(raw) != fd_count:
         raise BadImport(f"'parts' must list one {{entry_id, kind, digest}} per fd after the entry's "
                         f"own ({fd_count}), got {raw!r:.120}")
@@ -52,5 +55,8 @@ def parse_parts(raw: Any, fd_count: int) -> list[tuple[str, str, str]]:
         if not ok:
             raise BadImport(f"'parts' items must be {{\"entry_id\", \"kind\": \"entry\"|\"file\", "
                             f"\"digest\": <sha256 hex>}}, got {item!r:.120}")
-        parts.append((item["entry_id"], item["kind"], item["digest"]))
+        local = item.get("file")
+        if local is not None and (item["kind"] != "file" or not isinstance(local, dict)):
+            raise BadImport(f"a part's 'file' describes a checkpoint file of kind 'file', got {item!r:.120}")
+        parts.append((item["entry_id"], item["kind"], item["digest"], local))
     return parts

@@ -189,15 +189,27 @@ class Store:
                     self._remove(file_entry)
 
     def store_import(self, key: str, owner: int, fd: int, meta: dict[str, Any],
-                     parts: list[tuple[str, str, str, int]]) -> GetOutcome:
+                     parts: list[tuple[str, str, str, dict | None, int]]) -> GetOutcome:
         """Store an entry imported from the fleet (``server/imports.py``): ``fd`` its sealed memfd,
-        ``parts`` ``(publisher's id, kind, digest, sealed memfd)`` of the blobs it depends on; every fd
-        passes to the store. Answered like :meth:`publish`. A part already held (another import
-        shares the blob) is reused and its new fd closed."""
+        ``parts`` ``(publisher's id, kind, digest, file description or None, fd)`` of the blobs it
+        depends on: a sealed memfd, or a checkpoint file of this machine (described as a publish's
+        files are); every fd passes to the store. Answered like :meth:`publish`. A part already held
+        (another import shares the blob) is reused and its new fd closed."""
         made: list[str] = []
         fleet_ids: dict[str, str] = {}
         try:
-            for i, (foreign, kind, digest, part_fd) in enumerate(parts):
+            for i, (foreign, kind, digest, local_file, part_fd) in enumerate(parts):
+                if local_file is not None:
+                    try:
+                        created = self._file_entry(local_file, part_fd)
+                    except BaseException:
+                        for *_, rest in parts[i:]:
+                            _close_quietly(rest)
+                        raise
+                    fleet_ids[foreign] = local_file["entry_id"]
+                    if created is not None:
+                        made.append(created.entry_id)
+                    continue
                 local = imports.part_id(kind, digest)
                 fleet_ids[foreign] = local
                 if local in self._by_id:
@@ -206,7 +218,7 @@ class Store:
                 try:
                     size = sealing.sealed_size(part_fd)
                 except sealing.NotSealed as exc:
-                    for _, _, _, rest in parts[i:]:
+                    for *_, rest in parts[i:]:
                         _close_quietly(rest)
                     raise StoreError("not sealed", f"adopt refused: part {local}: {exc}.") from None
                 now = time.time()
