@@ -24,21 +24,21 @@ TIMEOUT = 2.0
 
 UPLOADER = r"""
 import os, sys, time
-from overmind.fleet import transfer
+from overmind.fleet import extents, transfer
 from overmind.fleet.config import open_store
 
-def readinto(self, buffer, _plain=transfer.FdReader.readinto):
+def readinto(self, buffer, _plain=extents.ExtentReader.readinto):
     n = _plain(self, buffer)
     if self._size > 1 << 20 and self._pos > self._size // 2:
         print("half", flush=True)
         time.sleep(60)
     return n
 
-transfer.FdReader.readinto = readinto
+extents.ExtentReader.readinto = readinto
 small, big = os.memfd_create("small"), os.memfd_create("big")
 os.write(small, b"a small entry")
 os.ftruncate(big, 64 << 20)
-os.pwrite(big, os.urandom(4096), 1 << 20)
+os.pwrite(big, os.urandom(8 << 20), 1 << 20)  # data in a sparse memfd: only the data travels
 transfer.upload(open_store(sys.argv[1], 10), b"k" * 32, sys.argv[2], {"stack": 1}, "e1", {}, small,
                 [("e0", big, "entry")])
 print("done", flush=True)

@@ -161,3 +161,24 @@ def test_fd_reader_reads_with_pread_and_leaves_the_offset(fds):
     assert reader.read(5) == b"01234" and reader.read() == b"567" and reader.read() == b""
     assert reader.seek(-2, 2) == 6 and reader.read() == b"67" and reader.seek(1) == 1 and reader.tell() == 1
     assert os.lseek(fd, 0, os.SEEK_CUR) == 3
+
+
+def test_a_sparse_memfd_travels_as_its_data_only(store, fleet_key, stack):
+    fd = os.memfd_create("arena", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, 256 << 20)  # a load arena reserves more than its loader fills
+    pieces = {0: os.urandom(4096), 64 << 20: os.urandom(1 << 20), (256 << 20) - 4096: os.urandom(4096)}
+    for offset, piece in pieces.items():
+        os.pwrite(fd, piece, offset)
+    sent = upload(store, fleet_key, PKEY, stack, "e1", META, fd, [])
+    assert sent <= 2 << 20  # the data, not the 256 MiB it spans
+    got = download(store, fleet_key, PKEY, stack)
+    try:
+        here = got.main[1]
+        assert os.fstat(here).st_size == 256 << 20
+        assert all(os.pread(here, len(piece), offset) == piece for offset, piece in pieces.items())
+        assert os.pread(here, 4096, 128 << 20) == bytes(4096)
+        assert os.fstat(here).st_blocks * 512 <= 4 << 20
+        assert fcntl.fcntl(here, fcntl.F_GET_SEALS) & seals.REQUIRED == seals.REQUIRED
+    finally:
+        got.close()
+        os.close(fd)

@@ -33,8 +33,10 @@ class BlobRef(NamedTuple):
 
     entry_id: str
     digest: str
-    size: int
+    size: int  # the bytes stored: the blob's data extents end to end
     kind: str
+    span: int | None = None  # a sparse blob's whole length (None: dense, ``size`` long)
+    extents: list | None = None  # a sparse blob's [offset, length] runs of data (``fleet/extents.py``)
 
 
 def canonical(value: Any) -> bytes:
@@ -114,8 +116,25 @@ def _shape_problem(body: dict[str, Any]) -> str | None:
             return f"{field} is not a {kind.__name__}"
     for ref in [body["main"], *body["deps"]]:
         if not isinstance(ref, dict) or set(ref) != set(BlobRef._fields):
-            return f"a blob reference is {ref!r}"
+            return f"a blob reference is {ref!r:.200}"
         if not (isinstance(ref["entry_id"], str) and is_name(ref["digest"]) and type(ref["size"]) is int
-                and ref["size"] >= 0 and ref["kind"] in KINDS):
-            return f"a blob reference is {ref!r}"
+                and ref["size"] >= 0 and ref["kind"] in KINDS and _sparse_ok(ref)):
+            return f"a blob reference is {ref!r:.200}"
     return None
+
+
+def _sparse_ok(ref: dict[str, Any]) -> bool:
+    """A dense reference (no span, no extents), or extents in order inside the span, as many bytes as
+    stored."""
+    span, extents = ref["span"], ref["extents"]
+    if span is None and extents is None:
+        return True
+    if type(span) is not int or not isinstance(extents, list):
+        return False
+    end = 0
+    for item in extents:
+        if not (isinstance(item, list) and len(item) == 2 and all(type(v) is int for v in item)
+                and item[0] >= end and item[1] > 0):
+            return False
+        end = item[0] + item[1]
+    return end <= span and sum(length for _, length in extents) == ref["size"]

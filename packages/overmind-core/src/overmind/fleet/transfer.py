@@ -21,13 +21,12 @@ import os
 from typing import Any, Callable, NamedTuple
 
 from ..shm import seals
+from . import extents
 from .errors import NotInStore, Refused
 from .manifest import BlobRef, blobs, build, sign, verify
 from .stores import Store
 
 _CHUNK = 1 << 20
-_PAGE = 64 << 10  # the run of zeros a download leaves unwritten (a hole of the memfd)
-_ZEROS = bytes(_PAGE)
 
 
 class Imported(NamedTuple):
@@ -98,11 +97,16 @@ def upload(store: Store, key: bytes, portable_key: str, stack: dict[str, Any], e
     refs: list[BlobRef] = []
     sent = 0
     for eid, fd, kind in items:
-        digest, size = digest_of(fd)
-        refs.append(BlobRef(eid, digest, size, kind))
+        span = os.fstat(fd).st_size
+        runs = extents.data_extents(fd, span)
+        size = sum(length for _, length in runs)
+        digest = extents.packed_digest(fd, runs)
+        dense = runs == [(0, span)] or not span
+        refs.append(BlobRef(eid, digest, size, kind, None if dense else span,
+                            None if dense else [list(run) for run in runs]))
         if any(r.digest == digest for r in refs[:-1]) or store.has_blob(digest):
             continue
-        store.put_blob(digest, FdReader(fd, size), size)  # type: ignore[arg-type]
+        store.put_blob(digest, extents.ExtentReader(fd, runs), size)  # type: ignore[arg-type]
         sent += size
     store.put_ref(portable_key, sign(build(portable_key, stack, entry_id, meta, refs[0], refs[1:]), key))
     return sent
@@ -151,7 +155,7 @@ def _local_file(local: Callable[[str], int | None] | None, ref: BlobRef) -> int 
     if local is None or ref.kind != "file":
         return None
     fd = local(ref.digest)
-    if fd is not None and os.fstat(fd).st_size != ref.size:
+    if fd is not None and (ref.extents is not None or os.fstat(fd).st_size != ref.size):
         os.close(fd)
         return None
     return fd
@@ -161,14 +165,15 @@ def _fetch(store: Store, ref: BlobRef, portable_key: str) -> int:
     """A sealed memfd holding blob ``ref``, checked against its size and digest."""
     fd = os.memfd_create(f"overmind-fleet-{ref.digest[:16]}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
-        os.ftruncate(fd, ref.size)
+        os.ftruncate(fd, ref.size if ref.span is None else ref.span)
         try:
             stream = store.open_blob(ref.digest)
         except NotInStore:
             raise Refused("missing", f"the fleet entry {portable_key} names blob {ref.digest}, which is not in "
                                      f"{store.url}; the store was pruned by hand. Loading without it.") from None
         with stream:
-            got, digest = _copy_sparse(stream, fd, ref.size)
+            runs = [(0, ref.size)] if ref.extents is None else [(o, n) for o, n in ref.extents]
+            got, digest = extents.write_extents(stream, fd, runs, ref.size)
         if got != ref.size:
             raise Refused("truncated", f"blob {ref.digest} of fleet entry {portable_key} in {store.url} has "
                                        f"{'more than ' if got > ref.size else ''}{got} bytes, not {ref.size}; "
@@ -182,34 +187,3 @@ def _fetch(store: Store, ref: BlobRef, portable_key: str) -> int:
     except BaseException:
         os.close(fd)
         raise
-
-
-def _copy_sparse(stream: Any, fd: int, size: int) -> tuple[int, str]:
-    """Copy ``stream`` into ``fd`` (already ``size`` long), leaving all-zero 64 KiB runs unwritten, up to
-    ``size`` bytes and one more (to notice a longer blob). Returns ``(bytes read, sha256 hex)``."""
-    h = hashlib.sha256()
-    pos = 0
-    carry = b""
-    while True:
-        data = stream.read(_CHUNK)
-        if not data:
-            break
-        if pos + len(carry) + len(data) > size:
-            return pos + len(carry) + len(data), ""
-        h.update(data)
-        buf = carry + data if carry else data
-        whole = len(buf) - len(buf) % _PAGE
-        _write_nonzero(fd, buf, whole, pos)
-        pos += whole
-        carry = buf[whole:]
-    _write_nonzero(fd, carry, len(carry), pos)
-    return pos + len(carry), h.hexdigest()
-
-
-def _write_nonzero(fd: int, buf: bytes, length: int, offset: int) -> None:
-    for start in range(0, length, _PAGE):
-        piece = buf[start:min(start + _PAGE, length)]  # bytes, not a memoryview: its == is a memcmp
-        if piece != _ZEROS[:len(piece)]:
-            done = 0
-            while done < len(piece):
-                done += os.pwrite(fd, piece[done:], offset + start + done)
