@@ -58,19 +58,22 @@ class ExtentReader(io.RawIOBase):
         return True
 
     def readinto(self, buffer: Any) -> int:
+        """Fills ``buffer`` across extents (short only at the end, or where the fd ends early)."""
         want = min(len(buffer), self._size - self._pos)
-        if want <= 0:
-            return 0
-        base = 0
+        done, base = 0, 0
         for offset, length in self._extents:
+            if done >= want:
+                break
             if self._pos < base + length:
                 inside = self._pos - base
-                data = os.pread(self._fd, min(want, length - inside), offset + inside)
-                buffer[:len(data)] = data
+                data = os.pread(self._fd, min(want - done, length - inside), offset + inside)
+                if not data:
+                    break
+                buffer[done:done + len(data)] = data
+                done += len(data)
                 self._pos += len(data)
-                return len(data)
             base += length
-        return 0
+        return done
 
     def seek(self, offset: int, whence: int = 0) -> int:
         base = (0, self._pos, self._size)[whence]

@@ -73,7 +73,7 @@ class S3Store(Store):
             parts: list[dict[str, Any]] = []
             left = size
             while left:
-                data = fileobj.read(min(self.part_size, left))
+                data = _read_fully(fileobj, min(self.part_size, left))
                 if not data:
                     raise StoreError(self.url, f"{key}: the source ended {left} bytes short of {size}; the "
                                                "entry changed while it was uploaded")
@@ -173,3 +173,16 @@ class _Body:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _read_fully(fileobj: BinaryIO, n: int) -> bytes:
+    """Up to ``n`` bytes of ``fileobj``, short only at its end: a part of a multipart upload must be
+    whole (every part but the last at least 5 MiB)."""
+    chunks, got = [], 0
+    while got < n:
+        data = fileobj.read(n - got)
+        if not data:
+            break
+        chunks.append(data)
+        got += len(data)
+    return b"".join(chunks)
