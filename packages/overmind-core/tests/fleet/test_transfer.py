@@ -10,7 +10,8 @@ import pytest
 
 from overmind.fleet.dir_store import DirStore
 from overmind.fleet.errors import Refused
-from overmind.fleet.transfer import FdReader, digest_of, download, upload
+from overmind.fleet.extents import ExtentReader
+from overmind.fleet.transfer import digest_of, download, upload
 from overmind.shm import seals
 
 PKEY = hashlib.sha256(b"an entry").hexdigest()
@@ -154,12 +155,12 @@ def test_an_entry_for_another_stack_is_refused_before_any_blob_is_read(tmp_path,
     assert caught.value.reason == "signature"
 
 
-def test_fd_reader_reads_with_pread_and_leaves_the_offset(fds):
+def test_extent_reader_reads_with_pread_across_extents_and_leaves_the_offset(fds):
     (fd,) = fds(b"0123456789")
     os.lseek(fd, 3, os.SEEK_SET)
-    reader = FdReader(fd, 8)
-    assert reader.read(5) == b"01234" and reader.read() == b"567" and reader.read() == b""
-    assert reader.seek(-2, 2) == 6 and reader.read() == b"67" and reader.seek(1) == 1 and reader.tell() == 1
+    reader = ExtentReader(fd, [(0, 3), (5, 5)])  # "012" then "56789"
+    assert reader.read(5) == b"01256" and reader.read() == b"789" and reader.read() == b""
+    assert reader.seek(-2, 2) == 6 and reader.read() == b"89" and reader.seek(1) == 1 and reader.tell() == 1
     assert os.lseek(fd, 0, os.SEEK_CUR) == 3
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import io
 import os
 from typing import Any, Callable, NamedTuple
 
@@ -40,38 +39,6 @@ class Imported(NamedTuple):
     def close(self) -> None:
         for fd in [self.main[1], *(d[1] for d in self.deps)]:
             os.close(fd)
-
-
-class FdReader(io.RawIOBase):
-    """The first ``size`` bytes of ``fd`` as a seekable file, read with ``pread``: the fd's own offset, which
-    other threads may share, never moves."""
-
-    def __init__(self, fd: int, size: int):
-        super().__init__()
-        self._fd, self._size, self._pos = fd, size, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        want = min(len(buffer), self._size - self._pos)
-        if want <= 0:
-            return 0
-        data = os.pread(self._fd, want, self._pos)
-        buffer[:len(data)] = data
-        self._pos += len(data)
-        return len(data)
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        base = (0, self._pos, self._size)[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
 
 
 def digest_of(fd: int) -> tuple[str, int]:
