@@ -18,6 +18,7 @@ import threading
 from typing import NamedTuple
 
 from .. import settings
+from .._util import interrupts
 from .errors import FleetConfigError, StoreError
 from .stores import Store
 
@@ -51,6 +52,7 @@ def fleet() -> Fleet | None:
     try:
         stat = os.stat(key_file)
     except OSError as exc:
+        interrupts.raise_users(exc)
         raise _unreadable(st.fleet, key_file, exc) from exc
     identity = (st.fleet, key_file, st.fleet_timeout, stat.st_ino, stat.st_size, stat.st_mtime_ns)
     with _lock:
@@ -71,6 +73,7 @@ def read_key(path: str, url: str = "the fleet") -> bytes:
         with open(path, "rb") as f:
             key = f.read().strip()
     except OSError as exc:
+        interrupts.raise_users(exc)
         raise _unreadable(url, path, exc) from exc
     if len(key) < MIN_KEY_BYTES:
         raise FleetConfigError(f"overmind: the fleet key in OVERMIND_FLEET_KEY_FILE={path} has {len(key)} bytes; "

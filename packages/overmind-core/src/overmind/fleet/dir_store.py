@@ -11,6 +11,7 @@ import os
 import secrets
 from typing import BinaryIO
 
+from .._util import interrupts
 from .errors import NotInStore, StoreError
 from .stores import BLOBS, REFS, Store, check_name, is_name
 
@@ -35,6 +36,7 @@ class DirStore(Store):
         except FileNotFoundError:
             return False
         except OSError as exc:
+            interrupts.raise_users(exc)
             raise StoreError(self.url, f"cannot look for blob {digest}: {exc}; {_ADVICE}") from exc
         return True
 
@@ -51,6 +53,7 @@ class DirStore(Store):
         except FileNotFoundError:
             raise NotInStore(self.url, "blob " + digest) from None
         except OSError as exc:
+            interrupts.raise_users(exc)
             raise StoreError(self.url, f"cannot read blob {digest}: {exc}; {_ADVICE}") from exc
 
     def get_ref(self, portable_key: str) -> bytes | None:
@@ -61,6 +64,7 @@ class DirStore(Store):
         except FileNotFoundError:
             return None
         except OSError as exc:
+            interrupts.raise_users(exc)
             raise StoreError(self.url, f"cannot read ref {portable_key}: {exc}; {_ADVICE}") from exc
 
     def put_ref(self, portable_key: str, data: bytes) -> None:
@@ -73,6 +77,7 @@ class DirStore(Store):
         except FileNotFoundError:
             return []
         except OSError as exc:
+            interrupts.raise_users(exc)
             raise StoreError(self.url, f"cannot list refs: {exc}; {_ADVICE}") from exc
         return sorted(n for n in names if is_name(n))
 
@@ -100,6 +105,7 @@ class DirStore(Store):
             finally:
                 os.close(dir_fd)
         except OSError as exc:
+            interrupts.raise_users(exc)
             _remove(temp)
             raise StoreError(self.url, f"cannot write {relative}: {exc}; {_ADVICE}") from exc
         except BaseException:
@@ -121,5 +127,6 @@ def _copy(source: BinaryIO, out: BinaryIO, size: int, url: str, digest: str) -> 
 def _remove(path: str) -> None:
     try:
         os.unlink(path)
-    except OSError:
+    except OSError as exc:
+        interrupts.raise_users(exc)
         pass

@@ -13,6 +13,8 @@ import io
 import os
 from typing import Any
 
+from .._util import interrupts
+
 _CHUNK = 1 << 20
 _PAGE = 64 << 10  # the run of zeros a download leaves unwritten (a hole of the memfd)
 _ZEROS = bytes(_PAGE)
@@ -36,7 +38,8 @@ def data_extents(fd: int, size: int) -> list[tuple[int, int]]:
             end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
             out.append((start, end - start))
             pos = end
-    except OSError:
+    except OSError as exc:
+        interrupts.raise_users(exc)
         return [(0, size)] if size else []
     return out
 

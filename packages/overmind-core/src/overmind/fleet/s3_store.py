@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, BinaryIO
 
+from .._util import interrupts
 from .errors import NotInStore, StoreError
 from .stores import BLOBS, REFS, Store, check_name, is_name
 
@@ -163,6 +164,7 @@ class _Body:
         try:
             return self._body.read(None if n is None or n < 0 else n)
         except (*self._store._errors, OSError) as exc:
+            interrupts.raise_users(exc)
             raise self._store._fail(f"reading blob {self._digest}", exc) from exc
 
     def close(self) -> None:

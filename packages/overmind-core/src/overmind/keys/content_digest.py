@@ -71,7 +71,8 @@ def local_file(sha256: str) -> int | None:
     real, ident = known
     try:
         fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
+    except OSError as exc:
+        interrupts.raise_users(exc)
         return None
     st = os.fstat(fd)
     still = _identity(st) == ident if ident is not None else hf_blob_digest(real) == sha256

@@ -16,6 +16,7 @@ import queue
 import sys
 import threading
 
+from .._util import quiet_threads
 from .log import log
 
 TYPE_CHECKING = False
@@ -69,9 +70,8 @@ class Uploader:
         meta = {k: v for k, v in entry.meta.items() if k != FLEET_META}
         self._queue.put((entry.entry_id, about, meta, fds[0], deps))
         if self._thread is None:
-            self._thread = threading.Thread(target=self._work, name="overmind-fleet-upload",
-                                            daemon=True)
-            self._thread.start()
+            self._thread = quiet_threads.start(threading.Thread(
+                target=self._work, name="overmind-fleet-upload", daemon=True))
 
     def _has_fleet(self) -> bool:
         if self._configured is None:
