@@ -23,8 +23,7 @@ from typing import Any
 
 from .._util.humanize import human_bytes
 from ..errors import OvermindError
-
-FLEET_META = "fleet"  # an entry's meta: its portable key and stack (server/uploads.py)
+from ..server.uploads import FLEET_META  # an entry's meta: its portable key and stack
 
 
 class FleetUsage(OvermindError, ValueError):
@@ -54,6 +53,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from ..fleet import oci, transfer
     from ..fleet.dir_store import DirStore
     from ..inspection import resolve
+    from ..ipc.protocol import is_file_entry
 
     if bool(args.prefixes) == bool(args.all):
         print("overmind export: name entries (unique prefixes of an ENTRY of 'overmind ls') or give "
@@ -84,7 +84,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         closure = _closure(entry["entry_id"], entries)
         fds = client.fds([entry["entry_id"], *closure])
         try:
-            deps = [(eid, fds[eid], "file" if eid.startswith("file-") else "entry") for eid in closure]
+            deps = [(eid, fds[eid], "file" if is_file_entry(eid) else "entry") for eid in closure]
             meta = {k: v for k, v in entry["meta"].items() if k != FLEET_META}
             sent += transfer.upload(store, key, about["portable_key"], about["stack"], entry["entry_id"],
                                     meta, fds[entry["entry_id"]], deps)

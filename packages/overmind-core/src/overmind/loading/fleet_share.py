@@ -55,7 +55,7 @@ def enabled() -> bool:
     """Whether ``OVERMIND_FLEET`` names a usable fleet."""
     from .. import settings
 
-    return bool(getattr(settings.current(), "fleet", None)) and fleet() is not None
+    return settings.current().fleet is not None and fleet() is not None
 
 
 def serve_from_fleet(client: Client, loader: key.Loader, local_key: str, arguments: dict,

@@ -17,6 +17,7 @@ import sys
 import threading
 
 from .._util import quiet_threads
+from ..ipc.protocol import is_file_entry
 from .log import log
 
 TYPE_CHECKING = False
@@ -59,8 +60,8 @@ class Uploader:
             deps = []
             for dep in closure:
                 fds.append(os.dup(dep.fd))
-                deps.append((dep.entry_id, fds[-1], "file" if dep.is_file or
-                             dep.entry_id.startswith("file-") else "entry"))
+                deps.append((dep.entry_id, fds[-1],
+                             "file" if is_file_entry(dep.entry_id) else "entry"))
         except OSError as exc:
             for fd in fds:
                 os.close(fd)
