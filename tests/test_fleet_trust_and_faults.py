@@ -297,6 +297,19 @@ def test_an_exported_oci_layout_imported_on_another_node_serves_its_loads(tmp_pa
         assert _same(got, _plain(b, path_b)) and not got["warnings"]
         st = b.status()
         assert st["fleet_imports"] == 2 and st["publishes"] == 0
+        # what B imported, B exports again: its manifests name the ids the skeletons hold
+        again = tmp_path / "layout-b"
+        out = subprocess.run([sys.executable, "-m", "overmind", "export", "--all", str(again)],
+                             env={**os.environ, **b.env}, capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        c = Node("c", "file://" + str(again), key_file)
+        try:
+            path_c = copy_model(model, tmp_path / "c" / "bert")
+            got = _run(c, path_c)
+            assert _same(got, _plain(c, path_c)) and not got["warnings"]
+            assert c.status()["fleet_imports"] == 2
+        finally:
+            c.stop()
     finally:
         a.stop()
         b.stop()

@@ -59,7 +59,14 @@ def upload(store: Store, key: bytes, portable_key: str, stack: dict[str, Any], e
            meta: dict[str, Any], main_fd: int, deps: list[tuple[str, int, str]]) -> int:
     """Put one entry in ``store`` under ``portable_key``: its blobs the store lacks, then its manifest signed
     with ``key``. Returns the bytes of blob uploaded (0 when the store had them all). Raises
-    :class:`~overmind.fleet.errors.StoreError` when the store fails; nothing is then importable."""
+    :class:`~overmind.fleet.errors.StoreError` when the store fails; nothing is then importable.
+
+    An entry this node imported (its meta's ``fleet_ids``, ``server/imports.py``) names its dependencies
+    by the ids its skeleton holds, its publisher's, not by this node's parts."""
+    if "fleet_ids" in meta:
+        skeleton_ids = {part: foreign for foreign, part in meta["fleet_ids"].items()}
+        deps = [(skeleton_ids.get(eid, eid), fd, kind) for eid, fd, kind in deps]
+        meta = {k: v for k, v in meta.items() if k != "fleet_ids"}
     items = [(entry_id, main_fd, "entry"), *deps]
     refs: list[BlobRef] = []
     sent = 0
